@@ -1,0 +1,49 @@
+# cubemem - top-level entry points. CMake + Ninja do the work in build/.
+PREFIX ?= /usr/local
+BUILD ?= build
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TRACE ?= examples/torch-cpu-gpt-train.csv
+
+.PHONY: all build test run install clean asan tsan valgrind fuzz bench format
+
+all: build
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+run: build
+	$(BUILD)/cubemem replay $(TRACE)
+
+install: $(BUILD)/build.ninja
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build $(BUILD) -j $(JOBS)
+	cmake --install $(BUILD)
+
+asan:
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCM_SANITIZE="address;undefined"
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+tsan:
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCM_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && ctest --output-on-failure -L 'stress|unit' -j $(JOBS)
+
+valgrind: build
+	cd $(BUILD) && ctest --output-on-failure -L unit -T memcheck --overwrite MemoryCheckCommandOptions="--leak-check=full --error-exitcode=1"
+
+fuzz:
+	bash fuzz/run.sh
+
+bench: build
+	bash bench/replay
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

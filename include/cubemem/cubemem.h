@@ -1,0 +1,10 @@
+/* cubemem/cubemem.h - umbrella header: include this to get the whole API. */
+#ifndef CUBEMEM_CUBEMEM_H
+#define CUBEMEM_CUBEMEM_H
+#include "cubemem/common.h"
+#include "cubemem/storage.h"
+#include "cubemem/log.h"
+#include "cubemem/memory.h"
+#include "cubemem/config.h"
+#include "cubemem/toml.h"
+#endif

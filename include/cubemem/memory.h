@@ -1,0 +1,295 @@
+/*
+ * cubemem/memory.h - handles, bindings, pool layouts and the memory manager
+ * (spec §3, §4, §5, §6, §9, §11.5).
+ *
+ * Model. A manager carves memory obtained from one storage into slices. Each
+ * slice is identified by a reference-counted descriptor. A cm_handle_t is one
+ * counted reference that also counts for can_mut; a cm_binding_t is one counted
+ * reference that does not. A slice is free again as soon as no handle and no
+ * binding refers to it; there is no free() call: release your references.
+ *
+ * Threading. A manager is driven by one thread at a time (the "device
+ * thread"): every cm_manager_* call on the same manager must be serialised by
+ * the caller. Handle and binding functions (clone, release, can_mut, id) are
+ * safe from ANY thread at any time, concurrently with the manager; a release
+ * that frees a slice only queues it (lock-free) and the manager picks it up on
+ * its next call. Destroying a manager must not race with releases.
+ *
+ * Values. Every cm_handle_t / cm_binding_t value returned to you is one
+ * reference you own and must release exactly once (or pass to a function
+ * documented as consuming it). Copying the struct does not add a reference.
+ */
+#ifndef CUBEMEM_MEMORY_H
+#define CUBEMEM_MEMORY_H
+
+#include "cubemem/common.h"
+#include "cubemem/storage.h"
+#include "cubemem/log.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- handles and bindings ------------------------------------------------- */
+
+typedef struct cm_desc cm_desc_t; /* opaque, shared, reference-counted */
+
+typedef struct cm_handle {
+  cm_desc_t *d; /* NULL = empty handle */
+} cm_handle_t;
+
+typedef struct cm_binding {
+  cm_desc_t *d; /* NULL = empty binding */
+} cm_binding_t;
+
+/* A location inside a manager: which pool (255 = persistent), which page, and
+ * where in it. `init` is false for a handle never placed. */
+typedef struct cm_location {
+  uint8_t pool;
+  uint32_t page;
+  uint32_t slice;  /* slot index for direct/persistent/exclusive; 0 for sliced */
+  uint64_t offset; /* byte offset of the slice in its page / storage range */
+  bool init;
+} cm_location_t;
+
+#define CM_PERSISTENT_POOL 255u
+
+/* A new, unplaced handle (for bind). Errors: CM_ENOMEM. Any thread. */
+CM_API CM_NODISCARD int cm_handle_new(cm_handle_t *out);
+/* A second reference to the same slice. h must be non-empty. Any thread. */
+CM_API cm_handle_t cm_handle_clone(cm_handle_t h);
+/* Release the reference; empty handles are ignored. Any thread. */
+CM_API void cm_handle_release(cm_handle_t h);
+/* Whether the caller holds the only user handle (bindings do not count).
+ * Empty handle: false. Any thread. */
+CM_API bool cm_handle_can_mut(cm_handle_t h);
+/* The descriptor id (ids are reused when a freed slice is reused). 0 if empty. */
+CM_API uint64_t cm_handle_id(cm_handle_t h);
+/* Turn a handle into a binding (consumes h). Any thread. */
+CM_API cm_binding_t cm_handle_into_binding(cm_handle_t h);
+/* A new binding from a handle, without consuming it. Any thread. */
+CM_API cm_binding_t cm_handle_binding(cm_handle_t h);
+CM_API cm_binding_t cm_binding_clone(cm_binding_t b);
+CM_API void cm_binding_release(cm_binding_t b);
+CM_API uint64_t cm_binding_id(cm_binding_t b);
+
+/* ---- device properties and pool layouts ------------------------------------ */
+
+typedef struct cm_device_props {
+  uint64_t max_page_size; /* sizing heuristic for presets (CUDA: total memory / 4) */
+  uint64_t alignment;     /* pool alignment (CUDA: 512) */
+} cm_device_props_t;
+
+typedef enum cm_pool_kind {
+  CM_POOL_SLICED = 0,    /* pages carved into slices, coalesced */
+  CM_POOL_EXCLUSIVE = 1, /* one allocation per page, reused by best fit */
+  CM_POOL_DIRECT = 2,    /* one storage allocation per slice, exact-size reuse */
+  CM_POOL_ARENA = 3,     /* cubemem's default: segregated good-fit arena (see docs) */
+} cm_pool_kind_t;
+
+/* One dynamic pool. Fields not used by a kind are ignored. "has_" flags tell
+ * an explicit value from "not set" where the spec distinguishes None. */
+typedef struct cm_pool_options {
+  cm_pool_kind_t kind;
+  uint64_t page_size;      /* sliced: page bytes; arena: segment/chunk bytes (0 = auto) */
+  uint64_t max_slice_size; /* sliced: largest slice (has_max_slice_size) */
+  bool has_max_slice_size;
+  uint64_t max_pool_size; /* sliced/arena: cap in bytes (has_max_pool_size) */
+  bool has_max_pool_size;
+  uint64_t max_alloc_size; /* exclusive: largest allocation; arena: largest request */
+  uint64_t dealloc_period; /* exclusive/sliced/arena: release check period in reservations */
+  bool has_dealloc_period;
+  uint64_t reclaim_at; /* direct: watermark in bytes (has_reclaim_at) */
+  bool has_reclaim_at;
+} cm_pool_options_t;
+
+#define CM_MAX_DYNAMIC_POOLS 254u
+
+typedef enum cm_preset {
+  CM_PRESET_DEFAULT = 0,         /* cubemem's own default layout */
+  CM_PRESET_SUBSLICES = 1,       /* the reference's SubSlices (spec §5.3) */
+  CM_PRESET_EXCLUSIVE_PAGES = 2, /* the reference's ExclusivePages (spec §5.3) */
+} cm_preset_t;
+
+/* Build a preset's pool list for `props` into out[0..cap). *out_count gets the
+ * number of pools (also when cap is too small: then CM_EINVAL, nothing
+ * written beyond cap). Pure function; thread-safe. */
+CM_API CM_NODISCARD int cm_pools_preset(cm_preset_t preset, cm_device_props_t props,
+                                        cm_pool_options_t *out, size_t cap, size_t *out_count);
+
+/* Validate and resolve an explicit list (spec §11.5): rounds sizes to the
+ * alignment, fills max_slice_size, checks caps. Writes the resolved list to
+ * out[0..n). Errors: CM_ECONFIG with the spec's error text in diag->message.
+ * Pure function; thread-safe. */
+CM_API CM_NODISCARD int cm_pools_resolve(const cm_pool_options_t *in, size_t n,
+                                         cm_device_props_t props, cm_pool_options_t *out,
+                                         cm_diag_t *diag);
+
+/* Parse a layout written on a command line, e.g.
+ * "sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct"
+ * or a preset name ("default", "subslices", "exclusive-pages"). Sizes accept
+ * B/KiB/MiB/GiB/TiB suffixes. The result is resolved against props. Writes up to
+ * cap pools. Errors: CM_ECONFIG/CM_EPARSE with a message naming the bad part. */
+CM_API CM_NODISCARD int cm_pools_parse(const char *text, cm_device_props_t props,
+                                       cm_pool_options_t *out, size_t cap, size_t *out_count,
+                                       cm_diag_t *diag);
+/* Write a list back in the syntax cm_pools_parse accepts. Returns the length
+ * needed (snprintf semantics). */
+CM_API size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size_t cap);
+
+/* ---- the manager ------------------------------------------------------------ */
+
+typedef enum cm_persistent_memory {
+  CM_PERSISTENT_ENABLED = 0,    /* default: windows honoured */
+  CM_PERSISTENT_SIZE_MATCH = 1, /* also route size-matching auto allocations */
+  CM_PERSISTENT_DISABLED = 2,   /* mode() ignored, dynamic only */
+  CM_PERSISTENT_ENFORCED = 3,   /* everything persistent */
+} cm_persistent_memory_t;
+
+typedef enum cm_alloc_mode {
+  CM_MODE_AUTO = 0,
+  CM_MODE_PERSISTENT = 1,
+} cm_alloc_mode_t;
+
+typedef struct cm_manager cm_manager_t;
+
+typedef struct cm_manager_config {
+  const char *name;        /* e.g. "Main GPU Memory"; copied; NULL = "Memory" */
+  cm_device_props_t props; /* alignment 0 is treated as 1 */
+  /* The dynamic pools in routing order, used as given (no validation beyond
+   * what construction needs; resolve first with cm_pools_resolve when the
+   * list comes from a user). NULL/0 = the preset below. Copied. */
+  const cm_pool_options_t *pools;
+  size_t pool_count;
+  cm_preset_t preset; /* used when pools is NULL */
+  cm_persistent_memory_t persistent_memory;
+  /* Initial mode: -1 = from persistent_memory (Persistent iff enforced), else a
+   * cm_alloc_mode_t given explicitly (auxiliary managers pass CM_MODE_AUTO). */
+  int initial_mode;
+  cm_logger_t *logger; /* borrowed, may be NULL; must outlive the manager */
+} cm_manager_config_t;
+
+/* Defaults: name "Memory", props {max_page_size 128 MiB, alignment 32}, preset
+ * default, persistent enabled, initial_mode -1, no logger. */
+CM_API void cm_manager_config_init(cm_manager_config_t *cfg);
+
+/* Create a manager over `storage`. On success the manager owns the storage and
+ * destroys it with itself; on failure the caller still owns it.
+ * Errors: CM_EINVAL (NULL args, too many pools), CM_ENOMEM. */
+CM_API CM_NODISCARD int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg,
+                                          cm_manager_t **out, cm_diag_t *diag);
+/* Destroy the manager, its pools and its storage. Handles and bindings still
+ * held by users stay valid objects (their lookups fail with CM_ENOTFOUND on
+ * no manager; releasing them is safe) but no longer refer to memory. NULL ok. */
+CM_API void cm_manager_destroy(cm_manager_t *m);
+
+/* Reserve `size` bytes (spec §5.4). *out receives a new handle reference.
+ * Errors: CM_ETOOBIG (no pool accepts it), CM_ECAPACITY (capped pools full),
+ * CM_EOOM / CM_ESTORAGE (storage), CM_EOVERFLOW (size + padding overflows),
+ * CM_ENOMEM. On error *out is empty and the manager is unchanged. */
+CM_API CM_NODISCARD int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out,
+                                           cm_diag_t *diag);
+/* Bind an assigned (client-created) handle to the slice of `reserved`
+ * (spec §3.3). Consumes `reserved` on success AND on failure; `assigned` is
+ * borrowed (the manager takes its own reference). Errors: CM_ENOTFOUND. */
+CM_API CM_NODISCARD int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved,
+                                        cm_handle_t assigned, uint64_t cursor, cm_diag_t *diag);
+/* Locate a binding (no materialisation). Errors: CM_ENOTFOUND with the
+ * reason ("never initialized", "points to a different allocation", ...). */
+CM_API CM_NODISCARD int cm_manager_find(cm_manager_t *m, cm_binding_t b, cm_location_t *out,
+                                        cm_diag_t *diag);
+CM_API CM_NODISCARD int cm_manager_get_cursor(cm_manager_t *m, cm_binding_t b, uint64_t *out,
+                                              cm_diag_t *diag);
+/* The storage range of a binding (materialises lazily reserved memory first).
+ * size is the requested size. Errors: CM_ENOTFOUND, CM_EMAPPING. */
+typedef struct cm_storage_handle {
+  uint64_t id, offset, size;
+} cm_storage_handle_t;
+CM_API CM_NODISCARD int cm_manager_get_storage(cm_manager_t *m, cm_binding_t b,
+                                               cm_storage_handle_t *out, cm_diag_t *diag);
+/* get_storage, trim offset_start bytes from the front and offset_end bytes from
+ * the end, then resolve through the storage. Errors: as above, CM_EHANDLE,
+ * CM_EINVAL (trims larger than the size). */
+CM_API CM_NODISCARD int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b,
+                                                uint64_t offset_start, uint64_t offset_end,
+                                                cm_resource_t *out, cm_diag_t *diag);
+
+/* Periodic (explicit=false) or explicit cleanup (spec §5.5). */
+CM_API void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup);
+/* Open (PERSISTENT) or close (AUTO) a persistent window (spec §5.6). */
+CM_API void cm_manager_set_mode(cm_manager_t *m, cm_alloc_mode_t mode);
+CM_API cm_alloc_mode_t cm_manager_mode(const cm_manager_t *m);
+
+/* Replace the dynamic pools (spec §5.9 with the [REC] fixes). The list is used
+ * as given (resolve user input first). Errors: CM_EBUSY ("the dynamic pools
+ * kept their layout: N bytes are still live in them" - gated on live counts),
+ * CM_EINVAL, CM_ENOMEM. The old layout stays on error. */
+CM_API CM_NODISCARD int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools,
+                                                 size_t n, cm_diag_t *diag);
+
+/* ---- graph capture (spec §5.8) and dry runs (spec §6) ---------------------- */
+
+typedef struct cm_pins cm_pins_t; /* handles kept alive for a captured graph */
+CM_API void cm_manager_capture_begin(cm_manager_t *m);
+CM_API void cm_manager_capture_priming_end(cm_manager_t *m);
+/* End the capture. *out gets the pins (NULL when no capture was active); the
+ * caller releases them with cm_pins_release. Errors: CM_ENOMEM. */
+CM_API CM_NODISCARD int cm_manager_capture_end(cm_manager_t *m, cm_pins_t **out);
+CM_API size_t cm_pins_count(const cm_pins_t *p);
+CM_API void cm_pins_release(cm_pins_t *p); /* any thread; NULL ok */
+
+/* While at least one dry run is open, new pages and slices are reserved lazily
+ * (no device memory) and materialised on get_storage/get_resource. */
+CM_API void cm_manager_dry_run_begin(cm_manager_t *m);
+CM_API void cm_manager_dry_run_end(cm_manager_t *m);
+
+/* ---- statistics (spec §9) ------------------------------------------------------ */
+
+typedef struct cm_usage {
+  uint64_t number_allocs;  /* live slices (zero-byte ones included) */
+  uint64_t bytes_in_use;   /* requested bytes of live slices */
+  uint64_t bytes_padding;  /* alignment padding of live slices */
+  uint64_t bytes_reserved; /* bytes held from the storage */
+} cm_usage_t;
+
+typedef struct cm_pool_report {
+  cm_pool_options_t options; /* effective options (kind, page size, caps) */
+  cm_usage_t usage;
+  uint64_t pages;          /* storage allocations held now */
+  uint64_t pages_peak;     /* high-water mark since the layout was installed */
+  uint64_t pages_unmapped; /* lazily reserved, not materialised */
+  uint64_t largest_alloc;  /* largest requested size served */
+  uint64_t bytes_reserved_peak; /* high-water mark of usage.bytes_reserved */
+} cm_pool_report_t;
+
+CM_API void cm_manager_usage(cm_manager_t *m, cm_usage_t *out);
+/* Number of dynamic pools. */
+CM_API size_t cm_manager_pool_count(const cm_manager_t *m);
+/* Report of dynamic pool `index` (routing order), or of the persistent pool
+ * when index == CM_PERSISTENT_POOL. Errors: CM_EINVAL for a bad index. */
+CM_API CM_NODISCARD int cm_manager_pool_report(cm_manager_t *m, size_t index,
+                                               cm_pool_report_t *out);
+/* Peak of the manager's total bytes_reserved since creation. */
+CM_API uint64_t cm_manager_reserved_peak(const cm_manager_t *m);
+/* The storage (owned by the manager). */
+CM_API cm_storage_t *cm_manager_storage(cm_manager_t *m);
+CM_API const char *cm_manager_name(const cm_manager_t *m);
+/* Count of spill warnings emitted so far. */
+CM_API uint64_t cm_manager_warnings(const cm_manager_t *m);
+
+/* Human-readable display (spec §5.11) into buf (snprintf semantics; returns the
+ * length needed). */
+CM_API size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap);
+CM_API size_t cm_usage_display(const cm_usage_t *u, char *buf, size_t cap);
+/* BytesFormat (spec §9.3): "999 B", "1.02 KB", "6.44 GB". */
+CM_API size_t cm_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* Walk every pool and count violated invariants (pages tile exactly, counters
+ * equal recomputed totals, free lists consistent). 0 means healthy. Messages
+ * for the first violations go to diag when given. */
+CM_API size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,206 @@
+/*
+ * cubemem/replay.h - allocation traces and their replay through a memory
+ * manager (the engine behind `cubemem replay`, usable from tests and benches).
+ *
+ * Traces are CSV files in the layout of RAPIDS RMM's logging adaptor:
+ *
+ *     Thread,Time,Action,Pointer,Size,Stream
+ *     1,00:00:00.000226,allocate,0x39b43000,1008,0x0
+ *     1,00:00:00.000411,free,0x39b43000,1008,0x0
+ *
+ * Parsing turns the text into a compact event array once; pointers are
+ * resolved to dense "slots" at parse time (a slot is reused after the free of
+ * its allocation), so a replay only indexes an array of handles. Rows that
+ * cannot be replayed are counted in the trace, not kept as events:
+ *  - `allocate failure` rows (the recorded allocator failed),
+ *  - frees of a pointer that is not live (unknown pointer),
+ *  - an `allocate` of a pointer that is already live counts as a duplicate:
+ *    the earlier allocation is freed implicitly (an event is emitted for it).
+ *
+ * The trace's live bytes (sum of the requested sizes of live allocations) and
+ * their exact peak are computed while parsing.
+ *
+ * Ownership: a cm_trace_t comes from cm_trace_parse / cm_trace_load and is
+ * freed with cm_trace_free; its fields are read-only to callers. A
+ * cm_replay_result_t is filled by cm_replay_run and its arrays are freed with
+ * cm_replay_result_free.
+ *
+ * Thread-safety: traces are immutable after parsing and may be read (and
+ * replayed) from several threads at once. cm_replay_run drives the manager
+ * it is given from the calling thread: the manager rules of memory.h apply.
+ */
+#ifndef CUBEMEM_REPLAY_H
+#define CUBEMEM_REPLAY_H
+
+#include "cubemem/common.h"
+#include "cubemem/memory.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- traces ------------------------------------------------------------- */
+
+typedef enum cm_trace_action {
+  CM_TRACE_ALLOC = 0, /* reserve `size` bytes into slot */
+  CM_TRACE_FREE = 1,  /* release the handle in slot (size = its requested size) */
+} cm_trace_action_t;
+
+typedef struct cm_trace_event {
+  uint64_t size;    /* requested bytes (for a free: the size of the allocation freed) */
+  uint64_t time_us; /* microseconds since the start of the trace */
+  uint32_t slot;    /* dense slot index; an allocation and its free share it */
+  uint32_t action;  /* cm_trace_action_t */
+} cm_trace_event_t;
+
+typedef struct cm_trace {
+  cm_trace_event_t *events; /* replayable events, in file order */
+  size_t count;             /* number of events */
+  uint32_t slots;           /* slots used (the most allocations live at once + reuse) */
+
+  uint64_t lines;            /* lines read, header and blank lines included */
+  uint64_t allocs;           /* CM_TRACE_ALLOC events */
+  uint64_t frees;            /* CM_TRACE_FREE events (implicit frees included) */
+  uint64_t unknown_frees;    /* free rows naming a pointer that was not live (dropped) */
+  uint64_t alloc_failures;   /* `allocate failure` rows (dropped) */
+  uint64_t duplicate_allocs; /* allocate rows naming a live pointer */
+  uint64_t bad_lines;        /* malformed lines skipped (skip_bad_lines only) */
+  uint64_t first_bad_line;   /* 1-based line of the first skipped line, 0 if none */
+  char first_bad_message[160]; /* its message, e.g. "bad size 'abc'" */
+
+  uint64_t peak_live_bytes;  /* exact peak of the sum of live requested bytes */
+  uint64_t peak_live_event;  /* index of the event at which the peak was first reached */
+  uint64_t peak_live_count;  /* most allocations live at once */
+  uint64_t live_at_end;      /* allocations still live after the last event */
+  uint64_t live_bytes_at_end;
+  uint64_t total_alloc_bytes; /* sum of every allocation's size */
+  uint64_t max_alloc_size;
+  uint64_t duration_us;      /* time of the last event */
+} cm_trace_t;
+
+typedef struct cm_trace_parse_options {
+  /* false (default): the first malformed line fails the parse with CM_EPARSE
+   * and diag->line set. true: malformed lines are counted and skipped. */
+  bool skip_bad_lines;
+} cm_trace_parse_options_t;
+
+/* Parse `len` bytes of CSV (need not be NUL-terminated; any bytes are
+ * accepted: invalid input yields an error, never a crash). A first line whose
+ * fields name the columns (`Action`, `Pointer`, `Size`, optional `Thread`,
+ * `Time`, `Stream`, in any order, case-insensitive) is a header; without one
+ * the RMM order is assumed. Blank lines are ignored; CRLF is accepted.
+ * opts may be NULL (defaults).
+ * Errors: CM_EPARSE (message like "bad size 'abc'", diag->line = the 1-based
+ * line), CM_ENOMEM, CM_EOVERFLOW (more than 2^32-1 live allocations), CM_EINVAL.
+ * Thread-safe. */
+CM_API CM_NODISCARD int cm_trace_parse(const char *buf, size_t len,
+                                       const cm_trace_parse_options_t *opts, cm_trace_t **out,
+                                       cm_diag_t *diag);
+/* Read the file at `path` and parse it. diag->file receives the path on
+ * errors. Errors: as cm_trace_parse, plus CM_EIO (with strerror). */
+CM_API CM_NODISCARD int cm_trace_load(const char *path, const cm_trace_parse_options_t *opts,
+                                      cm_trace_t **out, cm_diag_t *diag);
+/* Free a trace. NULL ok. */
+CM_API void cm_trace_free(cm_trace_t *trace);
+
+/* ---- replay ------------------------------------------------------------- */
+
+/* One timeline point: the maxima over a run of consecutive events. */
+typedef struct cm_replay_sample {
+  uint64_t event;          /* index of the last event the sample covers (+1) */
+  uint64_t live_bytes;     /* max live requested bytes (from the trace) in the run */
+  uint64_t reserved_bytes; /* max bytes held from the storage in the run */
+} cm_replay_sample_t;
+
+typedef struct cm_replay_options {
+  /* > 0: record a timeline of at most this many samples, and a per-pool
+   * snapshot of reserved bytes at the storage peak. This queries the storage
+   * statistics after every event, so the measured time includes it: time a
+   * separate run without it. 0 (default): no timeline. */
+  size_t timeline_points;
+  /* Called every `progress_every` events (0 = never) from the replay thread,
+   * and once at the end with done == total. */
+  void (*progress)(void *arg, uint64_t done, uint64_t total);
+  void *progress_arg;
+  uint64_t progress_every;
+} cm_replay_options_t;
+
+typedef struct cm_replay_result {
+  uint64_t events;        /* events replayed */
+  uint64_t allocs;        /* reserve calls */
+  uint64_t frees;         /* handle releases */
+  uint64_t failed_allocs; /* reserve calls that failed (their frees are skipped) */
+  int first_failure;      /* status of the first failed reserve, 0 if none */
+  uint64_t first_failure_size;  /* its requested size */
+  char first_failure_message[160];
+
+  uint64_t peak_live_bytes;       /* the trace's exact peak of live requested bytes */
+  uint64_t peak_reserved_bytes;   /* storage bytes_held_peak over the replay */
+  uint64_t manager_reserved_peak; /* cm_manager_reserved_peak after the replay */
+  uint64_t reserved_at_end;       /* storage bytes_held after the last event */
+  uint64_t device_allocs;         /* storage allocs + VM maps during the replay */
+  uint64_t device_frees;          /* storage deallocs + VM unmaps during the replay */
+  uint64_t device_maps;           /* of which VM maps */
+  uint64_t device_unmaps;         /* of which VM unmaps */
+
+  uint64_t elapsed_ns; /* wall time of the event loop only */
+  double ns_per_op;    /* elapsed_ns / (allocs + frees) */
+
+  /* Pool reports after the last event (before live allocations are released),
+   * dynamic pools in routing order; pool_reports[pool_count] is the persistent
+   * pool. Owned by the result. */
+  size_t pool_count;
+  cm_pool_report_t *pool_reports;
+  /* With a timeline: usage.bytes_reserved of every dynamic pool (and the
+   * persistent one last) when the storage peak was first reached; else NULL. */
+  uint64_t *pool_reserved_at_peak;
+
+  cm_replay_sample_t *timeline; /* NULL without a timeline */
+  size_t timeline_count;
+} cm_replay_result_t;
+
+/* Replay `trace` through `m` from the calling thread: each ALLOC calls
+ * cm_manager_reserve, each FREE releases the handle of its slot. Handles
+ * still live after the last event are released before returning. A reserve
+ * that fails is counted (the replay goes on). The manager should be fresh
+ * (statistics are differences over the run, but peaks are the storage's).
+ * `out` is overwritten (release a previous result first). opts may be NULL.
+ * Errors: CM_EINVAL (NULL args), CM_ENOMEM (then out holds nothing to free).
+ * The caller keeps ownership of the trace and the manager. */
+CM_API CM_NODISCARD int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m,
+                                      const cm_replay_options_t *opts, cm_replay_result_t *out,
+                                      cm_diag_t *diag);
+/* Free the arrays of a result and zero it. NULL ok. */
+CM_API void cm_replay_result_free(cm_replay_result_t *r);
+
+/* ---- SVG rendering -------------------------------------------------------- */
+
+/* Receives the SVG text in pieces; returns 0, or non-zero to stop. */
+typedef int (*cm_replay_write_fn)(void *arg, const char *data, size_t len);
+
+/* One replay to draw: a label (the layout) and its result (with a timeline). */
+typedef struct cm_replay_series {
+  const char *label;
+  const cm_replay_result_t *result;
+} cm_replay_series_t;
+
+/* One panel per trace: a timeline chart of live bytes and of every series'
+ * reserved bytes (x: events, y: bytes with units), then a stacked bar per
+ * series of the per-pool reserved bytes at the storage peak. */
+typedef struct cm_replay_panel {
+  const char *title; /* the trace name */
+  const cm_replay_series_t *series;
+  size_t series_count;
+} cm_replay_panel_t;
+
+/* Render the panels as one standalone SVG document through `write`.
+ * Series without a timeline are drawn as their peak only.
+ * Errors: CM_EINVAL (NULL args), CM_EIO (write returned non-zero), CM_ENOMEM.
+ * Thread-safe. */
+CM_API CM_NODISCARD int cm_replay_svg(const cm_replay_panel_t *panels, size_t panel_count,
+                                      cm_replay_write_fn write, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

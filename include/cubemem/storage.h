@@ -1,0 +1,147 @@
+/*
+ * cubemem/storage.h - the storage plug-in interface (spec §2) and the built-in
+ * storages.
+ *
+ * A storage is a raw allocator keyed by 64-bit ids that it mints itself. The
+ * memory manager carves the ranges it obtains into slices. A backend fills a
+ * cm_storage_ops_t (normally `static const`) and wraps its context with
+ * cm_storage_create(); the resulting cm_storage_t counts every call so that
+ * statistics (device allocations, bytes held, peaks) are the same for every
+ * backend.
+ *
+ * Thread-safety: a cm_storage_t is used by one thread at a time (the thread
+ * that owns the memory manager it belongs to) unless the backend says more.
+ * cm_storage_stats() may be called from any thread (counters are atomic).
+ */
+#ifndef CUBEMEM_STORAGE_H
+#define CUBEMEM_STORAGE_H
+
+#include "cubemem/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A resolved resource: where the bytes of (id, offset, size) live. For device
+ * storages `addr` is the device address and `host` is NULL; for host storage
+ * both describe the same bytes. */
+typedef struct cm_resource {
+  uint64_t addr;  /* device (or host) address of the first byte */
+  void *host;     /* host pointer when the memory is host-accessible, else NULL */
+  uint64_t size;  /* bytes */
+} cm_resource_t;
+
+/* Backend operations. Required: alloc, dealloc, get. Others may be NULL.
+ * Every callback receives the backend context given to cm_storage_create(). */
+typedef struct cm_storage_ops {
+  const char *name; /* short backend name used in messages, e.g. "sim" */
+  /* Alignment the backend allocates with (informational; pools use the device
+   * properties' alignment). NULL means 1. */
+  uint64_t (*alignment)(void *ctx);
+  /* Obtain `size` bytes (size may be 0). On success store a new id in *out_id
+   * and return CM_OK. Errors: CM_EOOM (device out of memory), CM_ETOOBIG,
+   * CM_ESTORAGE (anything else, with diag). Must not change state on failure. */
+  int (*alloc)(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
+  /* Mark `id` for release; may be deferred until flush. Unknown ids ignored. */
+  void (*dealloc)(void *ctx, uint64_t id);
+  /* Perform deferred releases. NULL means no-op. */
+  int (*flush)(void *ctx);
+  /* Resolve (id, offset, size). Unknown id: CM_EHANDLE with diag
+   * "StorageId(N) in the <name> storage". */
+  int (*get)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
+             cm_diag_t *diag);
+  /* Destroy the context and every allocation it still holds. */
+  void (*release)(void *ctx);
+
+  /* --- optional: events, for cross-stream pins (issue: streams) ---------- */
+  /* Record an event on the storage's stream; *out is an opaque event. */
+  int (*event_record)(void *ctx, void **out_event, cm_diag_t *diag);
+  /* 1 when complete, 0 when pending, negative status on error. */
+  int (*event_query)(void *ctx, void *event);
+  /* Block until complete. */
+  int (*event_sync)(void *ctx, void *event);
+  void (*event_destroy)(void *ctx, void *event);
+
+  /* --- optional: virtual memory (address ranges backed in granules) ------- */
+  /* Mapping granule in bytes; 0 or NULL callback means "no VM support". */
+  uint64_t (*vm_granularity)(void *ctx);
+  /* Reserve an address range of `size` bytes with no physical memory behind
+   * it; the range is resolved by get() like an allocation id. */
+  int (*vm_reserve)(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
+  /* Back [offset, offset+size) of the range with physical memory (granule
+   * multiples). Errors as alloc. */
+  int (*vm_map)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_diag_t *diag);
+  /* Remove physical memory from [offset, offset+size). */
+  void (*vm_unmap)(void *ctx, uint64_t id, uint64_t offset, uint64_t size);
+  /* Give back the address range (every mapping must be gone). */
+  void (*vm_release)(void *ctx, uint64_t id);
+} cm_storage_ops_t;
+
+typedef struct cm_storage cm_storage_t;
+
+/* Counters kept by the cm_storage_t wrapper for every backend. Bytes are
+ * counted when the manager asks (alloc / dealloc / map / unmap), so they are
+ * what the manager holds from the device. */
+typedef struct cm_storage_stats {
+  uint64_t allocs;          /* successful alloc calls (device allocations) */
+  uint64_t deallocs;        /* dealloc calls */
+  uint64_t failed_allocs;   /* alloc or vm_map calls that failed */
+  uint64_t maps;            /* successful vm_map calls */
+  uint64_t unmaps;          /* vm_unmap calls */
+  uint64_t bytes_held;      /* allocated + mapped bytes now */
+  uint64_t bytes_held_peak; /* high-water mark of bytes_held */
+  uint64_t vm_reserved;     /* bytes of address space reserved now */
+  uint64_t flushes;         /* backend flushes performed (skipped when nothing was queued) */
+  uint64_t gets;            /* get calls */
+  uint64_t time_ns;         /* time spent inside backend alloc/dealloc/map/unmap/flush */
+} cm_storage_stats_t;
+
+/* Wrap a backend. `ops` must outlive the storage. On success the storage owns
+ * `ctx` and calls ops->release(ctx) exactly once when destroyed; on failure the
+ * caller still owns ctx. Errors: CM_EINVAL (missing required op), CM_ENOMEM. */
+CM_API CM_NODISCARD int cm_storage_create(const cm_storage_ops_t *ops, void *ctx,
+                                          cm_storage_t **out);
+/* Destroy a storage that no manager owns (managers destroy their own). NULL ok. */
+CM_API void cm_storage_destroy(cm_storage_t *storage);
+/* Snapshot of the counters. Any thread. */
+CM_API void cm_storage_stats(const cm_storage_t *storage, cm_storage_stats_t *out);
+/* Backend name (static or owned by the storage). */
+CM_API const char *cm_storage_name(const cm_storage_t *storage);
+/* The backend's context (owned by the storage). */
+CM_API void *cm_storage_context(const cm_storage_t *storage);
+/* Whether the backend implements the virtual-memory operations. */
+CM_API bool cm_storage_has_vm(const cm_storage_t *storage);
+
+/* Direct calls through the wrapper (these update the statistics). Same
+ * contracts as the ops above. Single-threaded per storage. */
+CM_API CM_NODISCARD int cm_storage_alloc(cm_storage_t *s, uint64_t size, uint64_t *out_id,
+                                         cm_diag_t *diag);
+CM_API void cm_storage_dealloc(cm_storage_t *s, uint64_t id, uint64_t size);
+CM_API int cm_storage_flush(cm_storage_t *s);
+CM_API CM_NODISCARD int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t offset,
+                                       uint64_t size, cm_resource_t *out, cm_diag_t *diag);
+/* Measure the time spent in backend calls (stats.time_ns); off by default
+ * because it costs two clock reads per call. */
+CM_API void cm_storage_set_timing(cm_storage_t *s, bool on);
+
+/* ---- built-in storages --------------------------------------------------- */
+
+/* Host storage: real, zero-filled, `alignment`-aligned host memory (alignment
+ * a power of two >= 1; 0 means 64). Deallocation is immediate. Supports VM
+ * (granule 64 KiB) with real memory. Under AddressSanitizer the bytes of free
+ * and cached slices are poisoned by the manager. Errors: CM_EINVAL, CM_ENOMEM. */
+CM_API CM_NODISCARD int cm_storage_host_create(uint64_t alignment, cm_storage_t **out);
+
+/* Simulated device: hands out address ranges with no backing memory, so that
+ * 80 GiB workloads replay on a laptop. `capacity` bytes (0 = unlimited); when
+ * `fail_over_capacity` is true an allocation or mapping that would exceed the
+ * capacity fails with CM_EOOM, else it succeeds and is only counted.
+ * `granularity` is the VM granule (0 = 2 MiB, as on CUDA). Addresses start at
+ * 0x100000000 and are aligned to 512. get() returns addr with host NULL. */
+CM_API CM_NODISCARD int cm_storage_sim_create(uint64_t capacity, bool fail_over_capacity,
+                                              uint64_t granularity, cm_storage_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,361 @@
+/*
+ * cmd_plan.c - `cubemem plan TRACE`: measure a pool plan (spec §6).
+ *
+ * Flow. The trace is replayed once through a manager with the given layout
+ * (default: the library's default) under a dry run
+ * (cm_manager_dry_run_begin): sliced pages, direct and persistent slices
+ * and arena memory are reserved lazily, so no device memory is paid for, yet
+ * placement, coalescing and the peaks are exactly those of a real run
+ * (placement is deterministic first-fit). Each dynamic pool's measured peak
+ * is then read from its report: pages_peak x page size for sliced pools,
+ * bytes_reserved_peak otherwise.
+ *
+ * The plan is the same pool list with the cappable pools (sliced, arena)
+ * capped at their measured peak (max_pool_size / cap=); exclusive and direct
+ * pools have no cap and are kept as given. If the last pool ends up capped,
+ * an uncapped copy of it is appended, so a workload larger than the one
+ * measured spills there instead of failing. Replaying the same trace with the
+ * plan places every request exactly as the measuring run did (a pool never
+ * needs more than its peak), so it never reserves more. The plan is replayed
+ * once more (dry) as a check, parsed back from its text.
+ *
+ * Output: a human summary, then - always as the LAST line - the planned
+ * layout in the syntax `cubemem replay --pools` and cm_pools_parse accept.
+ * Exit codes: 0 ok, 1 the trace could not be read or a replay failed,
+ * 2 usage errors.
+ *
+ * Exports cm_cli_plan (cli.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+#include "cubemem/cubemem.h"
+#include "cubemem/replay.h"
+
+typedef struct plan_opts {
+  uint64_t capacity;
+  uint64_t alignment;
+  const char *layout;
+  const char *trace;
+  bool skip_bad;
+} plan_opts_t;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: cubemem plan [options] TRACE\n"
+          "\n"
+          "Replay an allocation trace (RMM CSV) under a dry run - no device memory is\n"
+          "reserved - measure the peak of every pool, and print a layout whose pools are\n"
+          "capped at those peaks. The LAST line of the output is that layout, ready for\n"
+          "`cubemem replay --pools` (or cm_pools_parse / install_pools).\n"
+          "\n"
+          "options:\n"
+          "  --device-memory SIZE   simulated device capacity (default 80GiB); presets use\n"
+          "                         max page = SIZE / 4 and alignment 512, as `replay` does\n"
+          "  --alignment N          pool alignment in bytes (default 512)\n"
+          "  --pools LAYOUT         the layout to measure (default: default)\n"
+          "  --skip-bad-lines       skip (and count) malformed trace lines\n");
+}
+
+/* "80GiB", "512MiB", "1048576", "4KiB", "1.5GiB" -> bytes. */
+static int size_arg(const char *s, uint64_t *out) {
+  if (!s || !*s || *s == '-') return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0) return -1;
+  static const struct {
+    const char *suffix;
+    double mult;
+  } units[] = {{"", 1.0},          {"B", 1.0},         {"KiB", 1024.0},
+               {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].suffix)) continue;
+    double b = v * units[i].mult;
+    if (b >= 18446744073709549568.0 || b != (double)(uint64_t)b) return -1;
+    *out = (uint64_t)b;
+    return 0;
+  }
+  return -1;
+}
+
+static int parse_args(int argc, char **argv, plan_opts_t *o) {
+  o->capacity = 80ull << 30;
+  o->alignment = 512;
+  o->layout = "default";
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return -1;
+    }
+    if (!strcmp(a, "--skip-bad-lines")) {
+      o->skip_bad = true;
+      continue;
+    }
+    if (a[0] != '-' || !strcmp(a, "-")) {
+      if (o->trace) {
+        fprintf(stderr, "cubemem plan: one trace at a time ('%s' and '%s' given)\n", o->trace, a);
+        return 2;
+      }
+      o->trace = a;
+      continue;
+    }
+    static const char *const names[] = {"--device-memory", "--alignment", "--pools"};
+    const char *name = NULL, *val = NULL;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+      size_t L = strlen(names[k]);
+      if (strncmp(a, names[k], L) || (a[L] != '\0' && a[L] != '=')) continue;
+      name = names[k];
+      val = a[L] == '=' ? a + L + 1 : (i + 1 < argc ? argv[++i] : NULL);
+      break;
+    }
+    if (!name) {
+      fprintf(stderr, "cubemem plan: unknown option '%s'\n\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (!val) {
+      fprintf(stderr, "cubemem plan: %s needs a value\n", name);
+      return 2;
+    }
+    if (!strcmp(name, "--pools")) {
+      o->layout = val;
+    } else {
+      uint64_t *dst = !strcmp(name, "--alignment") ? &o->alignment : &o->capacity;
+      if (size_arg(val, dst) || *dst == 0) {
+        fprintf(stderr, "cubemem plan: bad %s '%s' (e.g. 80GiB, 512MiB, 1048576)\n", name, val);
+        return 2;
+      }
+    }
+  }
+  if (!o->trace) {
+    fprintf(stderr, "cubemem plan: no trace given\n\n");
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+/* One dry-run replay of `t` through a fresh simulated device and manager. */
+static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_t n,
+                      cm_device_props_t props, uint64_t capacity, bool dry,
+                      cm_replay_result_t *res, cm_diag_t *d) {
+  cm_storage_t *st = NULL;
+  int rc = cm_storage_sim_create(capacity, true, 0, &st);
+  if (rc) {
+    snprintf(d->message, sizeof d->message, "cannot create the simulated device: %s",
+             cm_strerror(rc));
+    return rc;
+  }
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.name = "plan";
+  mc.props = props;
+  mc.pools = pools;
+  mc.pool_count = n;
+  cm_manager_t *m = NULL;
+  rc = cm_manager_create(st, &mc, &m, d);
+  if (rc) {
+    cm_storage_destroy(st);
+    return rc;
+  }
+  if (dry) cm_manager_dry_run_begin(m);
+  rc = cm_replay_run(t, m, NULL, res, d);
+  if (dry) cm_manager_dry_run_end(m);
+  cm_manager_destroy(m);
+  return rc;
+}
+
+/* Did every dynamic pool that served a request account reserved bytes? */
+static bool lazy_accounted(const cm_replay_result_t *r, size_t n) {
+  for (size_t i = 0; i < n && i < r->pool_count; i++)
+    if (r->pool_reports[i].largest_alloc > 0 && r->pool_reports[i].bytes_reserved_peak == 0)
+      return false;
+  return true;
+}
+
+static bool cappable(cm_pool_kind_t k) { return k == CM_POOL_SLICED || k == CM_POOL_ARENA; }
+
+/* The measured peak of a pool in bytes (sliced: whole pages). */
+static uint64_t measured_peak(const cm_pool_report_t *r) {
+  if (r->options.kind == CM_POOL_SLICED) return r->pages_peak * r->options.page_size;
+  return r->bytes_reserved_peak;
+}
+
+/* Build the planned list into out (room for CM_MAX_DYNAMIC_POOLS). */
+static size_t make_plan(const cm_pool_options_t *in, size_t n, const cm_pool_report_t *rep,
+                        cm_pool_options_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    cm_pool_options_t o = in[i];
+    if (cappable(o.kind)) {
+      uint64_t cap = measured_peak(&rep[i]);
+      if (o.kind == CM_POOL_SLICED && cap < o.page_size) cap = o.page_size; /* smallest legal */
+      if (!o.has_max_pool_size || cap < o.max_pool_size) o.max_pool_size = cap;
+      o.has_max_pool_size = true;
+    }
+    out[i] = o;
+  }
+  size_t m = n;
+  if (n && out[n - 1].has_max_pool_size) {
+    cm_pool_options_t tail = in[n - 1];
+    tail.has_max_pool_size = false;
+    tail.max_pool_size = 0;
+    if (m < CM_MAX_DYNAMIC_POOLS) out[m++] = tail;
+    else out[m - 1] = tail;
+  }
+  return m;
+}
+
+static void fmt_b(uint64_t v, char *buf, size_t cap) { cm_format_bytes(v, buf, cap); }
+
+int cm_cli_plan(int argc, char **argv) {
+  plan_opts_t o;
+  memset(&o, 0, sizeof o);
+  int prc = parse_args(argc, argv, &o);
+  if (prc) return prc < 0 ? 0 : prc;
+
+  cm_device_props_t props = {o.capacity / 4, o.alignment};
+  static cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS], plan[CM_MAX_DYNAMIC_POOLS],
+      back[CM_MAX_DYNAMIC_POOLS];
+  size_t n = 0;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (cm_pools_parse(o.layout, props, pools, CM_MAX_DYNAMIC_POOLS, &n, &d) != CM_OK) {
+    fprintf(stderr, "cubemem plan: --pools '%s': %s\n", o.layout,
+            d.message[0] ? d.message : cm_strerror(d.code));
+    return 2;
+  }
+
+  cm_trace_parse_options_t po = {.skip_bad_lines = o.skip_bad};
+  cm_trace_t *t = NULL;
+  if (cm_trace_load(o.trace, &po, &t, &d) != CM_OK) {
+    if (d.line) fprintf(stderr, "%s:%u: %s\n", o.trace, d.line, d.message);
+    else fprintf(stderr, "%s: %s\n", o.trace, d.message);
+    return 1;
+  }
+  if (t->bad_lines)
+    fprintf(stderr, "%s: skipped %" PRIu64 " malformed line%s\n", o.trace, t->bad_lines,
+            t->bad_lines == 1 ? "" : "s");
+
+  int status = 0;
+  cm_replay_result_t base, check;
+  memset(&base, 0, sizeof base);
+  memset(&check, 0, sizeof check);
+  cm_diag_clear(&d);
+  bool dry = true;
+  int rc = dry_replay(t, pools, n, props, o.capacity, true, &base, &d);
+  if (rc == CM_OK && !lazy_accounted(&base, n)) {
+    /* A pool served requests under the dry run but reports no reserved
+     * bytes: it does not account lazily reserved memory, so its peak is not
+     * measurable that way. The simulated device holds no memory either, so
+     * measure with an eager replay on it instead. */
+    cm_replay_result_free(&base);
+    dry = false;
+    cm_diag_clear(&d);
+    rc = dry_replay(t, pools, n, props, o.capacity, false, &base, &d);
+  }
+  if (rc) {
+    fprintf(stderr, "cubemem plan: %s [%s]: %s\n", o.trace, o.layout,
+            d.message[0] ? d.message : cm_strerror(rc));
+    cm_trace_free(t);
+    return 1;
+  }
+  size_t m = make_plan(pools, n, base.pool_reports, plan);
+  size_t need = cm_pools_format(plan, m, NULL, 0);
+  char *text = malloc(need + 1);
+  if (!text) {
+    fprintf(stderr, "cubemem plan: out of memory\n");
+    status = 1;
+    goto out;
+  }
+  cm_pools_format(plan, m, text, need + 1);
+
+  /* the plan must read back as itself, and replay without failures */
+  size_t nb = 0;
+  cm_diag_clear(&d);
+  if (cm_pools_parse(text, props, back, CM_MAX_DYNAMIC_POOLS, &nb, &d) != CM_OK) {
+    fprintf(stderr, "cubemem plan: the planned layout '%s' does not parse back: %s\n", text,
+            d.message);
+    status = 1;
+    goto out;
+  }
+  cm_diag_clear(&d);
+  rc = dry_replay(t, back, nb, props, o.capacity, dry, &check, &d);
+  if (rc) {
+    fprintf(stderr, "cubemem plan: %s [planned]: %s\n", o.trace,
+            d.message[0] ? d.message : cm_strerror(rc));
+    status = 1;
+    goto out;
+  }
+
+  /* ---- the summary ---- */
+  char a[32], b[32], c[48];
+  printf("plan    %s\n", o.trace);
+  fmt_b(t->peak_live_bytes, a, sizeof a);
+  printf("        %zu events (%" PRIu64 " allocations, %" PRIu64 " frees), peak live %s (%" PRIu64
+         " bytes)\n",
+         t->count, t->allocs, t->frees, a, t->peak_live_bytes);
+  fmt_b(o.capacity, a, sizeof a);
+  fmt_b(props.max_page_size, b, sizeof b);
+  printf("device  sim, %s, max page %s, alignment %" PRIu64 " (%s)\n", a, b, props.alignment,
+         dry ? "dry run: no device memory reserved"
+             : "eager replay on the simulated device: a pool of this layout does not account "
+               "lazily reserved memory under a dry run");
+  printf("layout  %s\n", o.layout);
+  fmt_b(base.manager_reserved_peak, a, sizeof a);
+  printf("        measured peak reserved %s (%" PRIu64 " bytes), %.3f x the live peak\n", a,
+         base.manager_reserved_peak,
+         t->peak_live_bytes ? (double)base.manager_reserved_peak / (double)t->peak_live_bytes : 0.0);
+  if (base.failed_allocs)
+    printf("        %" PRIu64 " reserves failed under this layout (first: %s, %" PRIu64
+           " bytes: %s); their frees were skipped\n",
+           base.failed_allocs, cm_err_name(base.first_failure), base.first_failure_size,
+           base.first_failure_message);
+  printf("\n  %4s  %-40s %10s %14s  %s\n", "#", "pool", "pages peak", "peak reserved",
+         "planned");
+  for (size_t i = 0; i <= n; i++) {
+    const cm_pool_report_t *r = &base.pool_reports[i];
+    char desc[200];
+    if (i == n) {
+      if (!r->pages_peak && !r->largest_alloc) continue; /* unused persistent pool */
+      snprintf(desc, sizeof desc, "persistent");
+    } else {
+      cm_pools_format(&pools[i], 1, desc, sizeof desc);
+    }
+    fmt_b(measured_peak(r), a, sizeof a);
+    if (i == n) snprintf(c, sizeof c, "(not part of the layout)");
+    else if (cappable(pools[i].kind)) {
+      fmt_b(plan[i].max_pool_size, b, sizeof b);
+      snprintf(c, sizeof c, "cap %s", b);
+    } else snprintf(c, sizeof c, "kept (no cap)");
+    char idx[8];
+    if (i == n) snprintf(idx, sizeof idx, "P");
+    else snprintf(idx, sizeof idx, "%zu", i);
+    printf("  %4s  %-40.40s %10" PRIu64 " %14s  %s\n", idx, desc, r->pages_peak, a, c);
+  }
+  if (m > n) printf("  %4zu  %-40s %10s %14s  %s\n", n, "(uncapped copy of the last pool)", "-",
+                    "-", "takes what exceeds the plan");
+  fmt_b(check.manager_reserved_peak, a, sizeof a);
+  printf("\ncheck   the plan replays with %" PRIu64 " failed reserve%s, peak reserved %s (%" PRIu64
+         " bytes)%s\n",
+         check.failed_allocs, check.failed_allocs == 1 ? "" : "s", a, check.manager_reserved_peak,
+         check.manager_reserved_peak <= base.manager_reserved_peak ? "" : "  [MORE than measured]");
+  printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
+  printf("%s\n", text);
+  if (check.failed_allocs > base.failed_allocs ||
+      check.manager_reserved_peak > base.manager_reserved_peak)
+    status = 1;
+
+out:
+  free(text);
+  cm_replay_result_free(&base);
+  cm_replay_result_free(&check);
+  cm_trace_free(t);
+  return status;
+}

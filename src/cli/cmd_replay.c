@@ -1,0 +1,715 @@
+/*
+ * cmd_replay.c - `cubemem replay TRACE...`: replay allocation traces (RMM CSV)
+ * through the memory manager and report what it reserved.
+ *
+ * Flow. Options are parsed once; every --pools layout is parsed with
+ * cm_pools_parse against the device properties (max page = capacity / 4,
+ * alignment 512 unless --alignment). Each trace is parsed once
+ * (cm_trace_load); then for each layout it is replayed on a fresh storage and
+ * manager per run: with --svg one instrumented run records the timeline and
+ * the per-pool snapshot at the peak, then --repeat timed runs give the median
+ * time. Statistics are deterministic, so they are taken from one run.
+ *
+ * Device hook: make_storage() is the ONE place that creates the storage for a
+ * `--device` name (and may adjust the device capacity from the real device).
+ * Add a backend there.
+ *
+ * Output: a side-by-side text report per trace (one column per layout) with a
+ * per-pool table per layout, or with --json one JSON object per (trace,
+ * layout) line. A progress line goes to stderr for long replays when stderr
+ * is a terminal. Exit codes: 0 ok, 1 a trace or the SVG could not be read /
+ * written or a run failed, 2 usage errors.
+ *
+ * Exports cm_cli_replay (cli.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cubemem/config.h"
+#include "cubemem/cuda.h"
+#include "cubemem/cubemem.h"
+#include "cubemem/replay.h"
+
+#define MAX_LAYOUTS 16
+#define TIMELINE_POINTS 2000
+
+typedef struct layout {
+  const char *text; /* as given on the command line */
+  cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS];
+  size_t count;
+} layout_t;
+
+typedef struct opts {
+  uint64_t capacity;
+  uint64_t alignment; /* 0 = the device's */
+  const char *device;
+  const char *layouts[MAX_LAYOUTS];
+  size_t layout_count;
+  const char *config_path;
+  const char *persistent_memory;
+  unsigned repeat;
+  bool json, skip_bad, progress;
+  const char *svg;
+  const char **traces;
+  size_t trace_count;
+} opts_t;
+
+typedef struct run {
+  cm_replay_result_t res; /* statistics; timeline when --svg */
+  uint64_t median_ns;
+  double ns_per_op;
+} run_t;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: cubemem replay [options] TRACE...\n"
+          "\n"
+          "Replay allocation logs in RAPIDS RMM's CSV layout\n"
+          "(Thread,Time,Action,Pointer,Size,Stream) through the memory manager.\n"
+          "TRACE may be '-' for standard input.\n"
+          "\n"
+          "options:\n"
+          "  --device-memory SIZE   simulated device capacity (default 80GiB; B, KiB, MiB,\n"
+          "                         GiB, TiB or plain bytes); presets use max page =\n"
+          "                         SIZE / 4 and alignment 512, as on CUDA\n"
+          "  --alignment N          pool alignment in bytes (default 512)\n"
+          "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list,\n"
+          "                         e.g. 'sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,\n"
+          "                         period=5000;direct'. Repeat to compare layouts.\n"
+          "  --config PATH          read persistent_memory and the logger from a cubecl.toml\n"
+          "  --persistent-memory M  enabled | size-match | disabled | enforced\n"
+          "  --repeat N             replay N times (fresh manager each), report the median time\n"
+          "  --json                 one JSON object per (trace, layout) line\n"
+          "  --svg FILE             write a timeline of live and reserved bytes and a per-pool\n"
+          "                         breakdown\n"
+          "  --skip-bad-lines       skip (and count) malformed lines instead of stopping\n"
+          "  --device NAME          storage backend: sim (default), cuda (allocator from\n"
+          "                         [memory.cuda] in --config), cuda:sync or cuda:async\n"
+          "  --no-progress          never print the progress line\n");
+}
+
+/* ---- device hook ------------------------------------------------------------ */
+
+/* Create the storage for `device` (the --device value). `*capacity` is the
+ * device memory used for the presets and the simulated capacity; a real
+ * backend may replace it with the device's total memory. This is the single
+ * place to add a backend (e.g. "cuda" through cubemem/cuda.h). */
+static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocator_t cuda_default,
+                        cm_storage_t **out, cm_diag_t *diag) {
+  if (!strcmp(device, "sim")) {
+    int rc = cm_storage_sim_create(*capacity, true, 0, out);
+    if (rc && diag) snprintf(diag->message, sizeof diag->message, "cannot create the simulated device: %s", cm_strerror(rc));
+    return rc;
+  }
+  if (!strcmp(device, "cuda") || !strncmp(device, "cuda:", 5)) {
+    cm_cuda_allocator_t kind = cuda_default;
+    if (device[4] == ':' && cm_cuda_allocator_parse(device + 5, &kind) != CM_OK) {
+      if (diag)
+        snprintf(diag->message, sizeof diag->message,
+                 "unknown CUDA allocator '%s' (use cuda, cuda:sync or cuda:async)", device + 5);
+      return CM_EINVAL;
+    }
+    cm_device_props_t props;
+    int rc = cm_cuda_storage_open_default(kind, out, &props, diag);
+    if (rc == CM_OK) {
+      *capacity = props.max_page_size * 4; /* the device's total memory */
+      cm_storage_set_timing(*out, true);   /* report the time spent in driver calls */
+    }
+    return rc;
+  }
+  if (diag)
+    snprintf(diag->message, sizeof diag->message,
+             "unknown device '%s' (use sim, cuda, cuda:sync or cuda:async)", device);
+  return CM_ENOTSUP;
+}
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static int parse_size(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!s || !*s || *s == '-') return -1;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0) return -1;
+  while (*end == ' ') end++;
+  static const struct {
+    const char *u;
+    double m;
+  } units[] = {{"", 1},          {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0},
+               {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+               {"GB", 1e9},      {"TB", 1e12}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].u) != 0) continue;
+    double b = v * units[i].m;
+    if (b >= 18446744073709551615.0) return -1;
+    /* plain bytes must be whole */
+    if (b != floor(b)) return -1;
+    *out = (uint64_t)b;
+    return 0;
+  }
+  return -1;
+}
+
+static void fmt_bytes(uint64_t b, char *buf, size_t cap) { cm_format_bytes(b, buf, cap); }
+
+/* Binary units for configured sizes: "80 GiB", "1.50 MiB", "4096 B". */
+static void fmt_iec(uint64_t b, char *buf, size_t cap) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int e = 0;
+  double v = (double)b;
+  while (e < 5 && v >= 1024) v /= 1024, e++;
+  if (e == 0 || v == floor(v)) snprintf(buf, cap, "%.0f %s", v, u[e]);
+  else snprintf(buf, cap, "%.2f %s", v, u[e]);
+}
+
+/* 1234567 -> "1,234,567" */
+static void fmt_grouped(uint64_t v, char *buf, size_t cap) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+  size_t j = 0;
+  for (int i = 0; i < n && j + 2 < cap; i++) {
+    buf[j++] = tmp[i];
+    int left = n - i - 1;
+    if (left > 0 && left % 3 == 0) buf[j++] = ',';
+  }
+  buf[j] = '\0';
+}
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct progress_ctx {
+  const char *trace, *layout;
+} progress_ctx_t;
+
+static void on_progress(void *arg, uint64_t done, uint64_t total) {
+  progress_ctx_t *p = arg;
+  if (done >= total) fprintf(stderr, "\r\033[K");
+  else
+    fprintf(stderr, "\r\033[Kreplay %s [%s]: %" PRIu64 "/%" PRIu64 " events (%.0f%%)", p->trace,
+            p->layout, done, total, 100.0 * (double)done / (double)(total ? total : 1));
+  fflush(stderr);
+}
+
+static int write_file(void *arg, const char *data, size_t len) {
+  return fwrite(data, 1, len, (FILE *)arg) == len ? 0 : 1;
+}
+
+/* ---- one replay ---------------------------------------------------------------- */
+
+typedef struct env {
+  const opts_t *o;
+  cm_device_props_t props;
+  uint64_t capacity;
+  const cm_config_t *cfg;
+  cm_logger_t *logger;
+} env_t;
+
+static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
+                       const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
+  cm_storage_t *st = NULL;
+  uint64_t cap = env->capacity;
+  int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
+  if (rc) return rc;
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.name = "replay";
+  mc.props = env->props;
+  mc.pools = lay->pools;
+  mc.pool_count = lay->count;
+  mc.persistent_memory = env->cfg->persistent_memory;
+  mc.logger = env->logger;
+  cm_manager_t *m = NULL;
+  rc = cm_manager_create(st, &mc, &m, d);
+  if (rc) {
+    cm_storage_destroy(st);
+    return rc;
+  }
+  rc = cm_replay_run(t, m, ro, res, d);
+  cm_manager_destroy(m);
+  return rc;
+}
+
+static int replay_layout(const env_t *env, const layout_t *lay, const char *tname,
+                         const cm_trace_t *t, run_t *out, cm_diag_t *d) {
+  const opts_t *o = env->o;
+  memset(out, 0, sizeof *out);
+  progress_ctx_t pc = {tname, lay->text};
+  cm_replay_options_t ro;
+  memset(&ro, 0, sizeof ro);
+  if (o->progress && t->count >= 200000) {
+    ro.progress = on_progress;
+    ro.progress_arg = &pc;
+    ro.progress_every = 1u << 16;
+  }
+  bool have = false;
+  int rc;
+  if (o->svg) {
+    cm_replay_options_t ri = ro;
+    ri.timeline_points = TIMELINE_POINTS;
+    if ((rc = replay_once(env, lay, t, &ri, &out->res, d))) return rc;
+    have = true;
+  }
+  uint64_t *times = calloc(o->repeat, sizeof *times);
+  if (!times) return CM_ENOMEM;
+  for (unsigned r = 0; r < o->repeat; r++) {
+    cm_replay_result_t tmp;
+    if ((rc = replay_once(env, lay, t, &ro, &tmp, d))) {
+      free(times);
+      if (have) cm_replay_result_free(&out->res);
+      return rc;
+    }
+    times[r] = tmp.elapsed_ns;
+    if (!have) {
+      out->res = tmp;
+      have = true;
+    } else {
+      cm_replay_result_free(&tmp);
+    }
+  }
+  qsort(times, o->repeat, sizeof *times, cmp_u64);
+  uint64_t med = o->repeat % 2 ? times[o->repeat / 2]
+                               : (times[o->repeat / 2 - 1] + times[o->repeat / 2]) / 2;
+  free(times);
+  out->median_ns = med;
+  uint64_t ops = out->res.allocs + out->res.frees;
+  out->ns_per_op = ops ? (double)med / (double)ops : 0.0;
+  return CM_OK;
+}
+
+/* ---- reports ----------------------------------------------------------------- */
+
+static double ratio(const cm_replay_result_t *r) {
+  return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
+}
+
+static void print_json(const char *tname, const layout_t *lay, const cm_trace_t *t,
+                       const run_t *run, const env_t *env) {
+  const cm_replay_result_t *r = &run->res;
+  FILE *f = stdout;
+  fputs("{\"trace\":", f);
+  json_string(f, tname);
+  fputs(",\"layout\":", f);
+  json_string(f, lay->text);
+  fprintf(f,
+          ",\"device\":\"%s\",\"device_memory\":%" PRIu64 ",\"events\":%" PRIu64
+          ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
+          ",\"peak_reserved_bytes\":%" PRIu64 ",\"reserved_over_live\":%.6f"
+          ",\"manager_reserved_peak\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64
+          ",\"device_allocs\":%" PRIu64 ",\"device_frees\":%" PRIu64
+          ",\"device_maps\":%" PRIu64 ",\"device_unmaps\":%" PRIu64
+          ",\"failed_allocs\":%" PRIu64,
+          env->o->device, env->capacity, r->events, r->allocs, r->frees, r->peak_live_bytes,
+          r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
+          r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->failed_allocs);
+  if (r->failed_allocs) {
+    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
+            cm_err_name(r->first_failure), r->first_failure_size);
+    json_string(f, r->first_failure_message);
+    fputc('}', f);
+  }
+  fprintf(f,
+          ",\"unknown_frees\":%" PRIu64 ",\"trace_alloc_failures\":%" PRIu64
+          ",\"duplicate_allocs\":%" PRIu64 ",\"bad_lines\":%" PRIu64 ",\"live_at_end\":%" PRIu64
+          ",\"repeat\":%u,\"time_ns\":%" PRIu64 ",\"ns_per_op\":%.2f,\"pools\":[",
+          t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines, t->live_at_end,
+          env->o->repeat, run->median_ns, run->ns_per_op);
+  for (size_t j = 0; j <= r->pool_count; j++) {
+    const cm_pool_report_t *p = &r->pool_reports[j];
+    char desc[160];
+    if (j == r->pool_count) snprintf(desc, sizeof desc, "persistent");
+    else cm_pools_format(&p->options, 1, desc, sizeof desc);
+    if (j) fputc(',', f);
+    fputs("{\"pool\":", f);
+    json_string(f, desc);
+    fprintf(f,
+            ",\"pages\":%" PRIu64 ",\"pages_peak\":%" PRIu64 ",\"reserved\":%" PRIu64
+            ",\"reserved_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64,
+            p->pages, p->pages_peak, p->usage.bytes_reserved, p->bytes_reserved_peak,
+            p->largest_alloc);
+    if (r->pool_reserved_at_peak)
+      fprintf(f, ",\"reserved_at_device_peak\":%" PRIu64, r->pool_reserved_at_peak[j]);
+    fputc('}', f);
+  }
+  fputs("]}\n", f);
+}
+
+/* A row of the side-by-side table: label, then one cell per layout. */
+static void row(const char *label, char cells[][64], size_t n, size_t width) {
+  printf("  %-20s", label);
+  for (size_t i = 0; i < n; i++) printf("  %*s", (int)width, cells[i]);
+  printf("\n");
+}
+
+static void print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
+                       const run_t *runs, size_t n, const env_t *env) {
+  char c[MAX_LAYOUTS][64], a[32], b[32];
+  printf("trace   %s\n", tname);
+  fmt_grouped(t->count, b, sizeof b);
+  printf("        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+         " live at the end; peak %" PRIu64 " live at once\n",
+         b, t->allocs, t->frees, t->live_at_end, t->peak_live_count);
+  fmt_bytes(t->peak_live_bytes, a, sizeof a);
+  fmt_grouped(t->peak_live_bytes, b, sizeof b);
+  printf("        peak live %s (%s bytes), largest allocation ", a, b);
+  fmt_bytes(t->max_alloc_size, a, sizeof a);
+  printf("%s\n", a);
+  if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
+    printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
+           " 'allocate failure' rows, %" PRIu64 " re-allocated live pointers, %" PRIu64
+           " malformed lines skipped\n",
+           t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
+  char a2[32];
+  fmt_iec(env->capacity, a, sizeof a);
+  fmt_bytes(env->capacity, a2, sizeof a2);
+  printf("device  %s, %s (%s), max page ", env->o->device, a, a2);
+  fmt_iec(env->props.max_page_size, a, sizeof a);
+  printf("%s, alignment %" PRIu64 ", persistent memory %s\n\n", a, env->props.alignment,
+         cm_config_persistent_memory_name(env->cfg->persistent_memory));
+
+  size_t width = 12;
+  for (size_t i = 0; i < n; i++) {
+    size_t L = strlen(lays[i].text);
+    if (L > 24) snprintf(c[i], 64, "%.21s...", lays[i].text);
+    else snprintf(c[i], 64, "%s", lays[i].text);
+    if (strlen(c[i]) > width) width = strlen(c[i]);
+  }
+  row("layout", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_live_bytes, c[i], 64);
+  row("peak live", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_reserved_bytes, c[i], 64);
+  row("peak reserved", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
+  row("  (bytes)", c, n, width);
+  for (size_t i = 0; i < n; i++) {
+    if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
+    else snprintf(c[i], 64, "-");
+  }
+  row("reserved / live", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
+  row("reserved at end", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.device_allocs, runs[i].res.device_frees);
+  row("device allocs/frees", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
+  row("failed reserves", c, n, width);
+  for (size_t i = 0; i < n; i++) {
+    double ms = (double)runs[i].median_ns / 1e6;
+    if (ms >= 1000) snprintf(c[i], 64, "%.3f s", ms / 1000);
+    else snprintf(c[i], 64, "%.3f ms", ms);
+  }
+  row(env->o->repeat > 1 ? "time (median)" : "time", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.1f", runs[i].ns_per_op);
+  row("ns / op", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    if (runs[i].res.failed_allocs)
+      printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
+             cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
+             runs[i].res.first_failure_message);
+
+  for (size_t i = 0; i < n; i++) {
+    const cm_replay_result_t *r = &runs[i].res;
+    printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);
+    printf("  %4s  %-44s %7s %7s %12s %12s %12s\n", "#", "kind / options", "pages", "peak",
+           "reserved", "reserved max", "largest");
+    for (size_t j = 0; j <= r->pool_count; j++) {
+      const cm_pool_report_t *p = &r->pool_reports[j];
+      char desc[160], r1[32], r2[32], r3[32];
+      if (j == r->pool_count) {
+        if (!p->pages_peak && !p->largest_alloc) continue; /* unused persistent pool */
+        snprintf(desc, sizeof desc, "persistent");
+      } else {
+        cm_pools_format(&p->options, 1, desc, sizeof desc);
+      }
+      fmt_bytes(p->usage.bytes_reserved, r1, sizeof r1);
+      fmt_bytes(p->bytes_reserved_peak, r2, sizeof r2);
+      fmt_bytes(p->largest_alloc, r3, sizeof r3);
+      char idx[8];
+      if (j == r->pool_count) snprintf(idx, sizeof idx, "P");
+      else snprintf(idx, sizeof idx, "%zu", j);
+      printf("  %4s  %-44.44s %7" PRIu64 " %7" PRIu64 " %12s %12s %12s\n", idx, desc, p->pages,
+             p->pages_peak, r1, r2, r3);
+    }
+  }
+  printf("\n");
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static int parse_args(int argc, char **argv, opts_t *o) {
+  static const char *trace_buf[1024];
+  o->capacity = 80ull << 30;
+  o->device = "sim";
+  o->repeat = 1;
+  o->progress = true;
+  o->traces = trace_buf;
+  bool only_files = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (only_files || a[0] != '-' || !strcmp(a, "-")) {
+      if (o->trace_count == sizeof trace_buf / sizeof trace_buf[0]) {
+        fprintf(stderr, "cubemem replay: too many traces\n");
+        return 2;
+      }
+      o->traces[o->trace_count++] = a;
+      continue;
+    }
+    if (!strcmp(a, "--")) {
+      only_files = true;
+      continue;
+    }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return -1;
+    }
+    if (!strcmp(a, "--json")) { o->json = true; continue; }
+    if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
+    if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
+    /* options with a value: --opt VALUE or --opt=VALUE */
+    static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
+                                             "--config", "--persistent-memory", "--repeat",
+                                             "--svg", "--device"};
+    const char *name = NULL, *val = NULL;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
+      size_t L = strlen(with_value[k]);
+      if (!strncmp(a, with_value[k], L) && (a[L] == '\0' || a[L] == '=')) {
+        name = with_value[k];
+        if (a[L] == '=') val = a + L + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        break;
+      }
+    }
+    if (!name) {
+      fprintf(stderr, "cubemem replay: unknown option '%s'\n\n", a);
+      usage(stderr);
+      return 2;
+    }
+    if (!val) {
+      fprintf(stderr, "cubemem replay: %s needs a value\n", name);
+      return 2;
+    }
+    if (!strcmp(name, "--device-memory")) {
+      if (parse_size(val, &o->capacity) || o->capacity == 0) {
+        fprintf(stderr, "cubemem replay: bad --device-memory '%s' (e.g. 80GiB, 512MiB, 1048576)\n", val);
+        return 2;
+      }
+    } else if (!strcmp(name, "--alignment")) {
+      if (parse_size(val, &o->alignment) || o->alignment == 0) {
+        fprintf(stderr, "cubemem replay: bad --alignment '%s'\n", val);
+        return 2;
+      }
+    } else if (!strcmp(name, "--pools")) {
+      if (o->layout_count == MAX_LAYOUTS) {
+        fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
+        return 2;
+      }
+      o->layouts[o->layout_count++] = val;
+    } else if (!strcmp(name, "--config")) {
+      o->config_path = val;
+    } else if (!strcmp(name, "--persistent-memory")) {
+      o->persistent_memory = val;
+    } else if (!strcmp(name, "--repeat")) {
+      char *end;
+      unsigned long r = strtoul(val, &end, 10);
+      if (*end || r == 0 || r > 100000 || val[0] == '-') {
+        fprintf(stderr, "cubemem replay: bad --repeat '%s' (1..100000)\n", val);
+        return 2;
+      }
+      o->repeat = (unsigned)r;
+    } else if (!strcmp(name, "--svg")) {
+      o->svg = val;
+    } else if (!strcmp(name, "--device")) {
+      o->device = val;
+    }
+  }
+  if (o->trace_count == 0) {
+    fprintf(stderr, "cubemem replay: no trace given\n\n");
+    usage(stderr);
+    return 2;
+  }
+  if (o->layout_count == 0) o->layouts[o->layout_count++] = "default";
+  if (!isatty(STDERR_FILENO)) o->progress = false;
+  return 0;
+}
+
+int cm_cli_replay(int argc, char **argv) {
+  opts_t o;
+  memset(&o, 0, sizeof o);
+  int prc = parse_args(argc, argv, &o);
+  if (prc) return prc < 0 ? 0 : prc;
+
+  int status = 0;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+
+  /* configuration: file, then the command line */
+  cm_config_t cfg;
+  cm_config_init(&cfg);
+  if (o.config_path && cm_config_load_file(&cfg, o.config_path, NULL, &d) != CM_OK) {
+    if (d.line)
+      fprintf(stderr, "cubemem replay: %s:%u:%u: %s\n", d.file[0] ? d.file : o.config_path,
+              d.line, d.column, d.message);
+    else
+      fprintf(stderr, "cubemem replay: %s: %s\n", o.config_path, d.message);
+    cm_config_free(&cfg);
+    return 1;
+  }
+  if (o.persistent_memory &&
+      cm_config_set(&cfg, "memory.persistent_memory", o.persistent_memory, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: --persistent-memory: %s\n", d.message);
+    cm_config_free(&cfg);
+    return 2;
+  }
+  cm_logger_t *logger = NULL;
+  if (cfg.logger.level != CM_LOG_DISABLED &&
+      cm_config_make_logger(&cfg, NULL, NULL, &logger, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
+    cm_config_free(&cfg);
+    return 1;
+  }
+
+  env_t env = {.o = &o, .capacity = o.capacity, .cfg = &cfg, .logger = logger};
+  if (strcmp(o.device, "sim") != 0) {
+    /* A real device: its total memory drives the presets (max page = total / 4). */
+    cm_storage_t *probe = NULL;
+    uint64_t cap = o.capacity;
+    cm_diag_clear(&d);
+    if (make_storage(o.device, &cap, cfg.cuda_allocator, &probe, &d) != CM_OK) {
+      fprintf(stderr, "cubemem replay: --device %s: %s\n", o.device,
+              d.message[0] ? d.message : cm_strerror(d.code));
+      cm_logger_destroy(logger);
+      cm_config_free(&cfg);
+      return 1;
+    }
+    cm_storage_destroy(probe);
+    env.capacity = cap;
+  }
+  env.props.max_page_size = env.capacity / 4;
+  env.props.alignment = o.alignment ? o.alignment : 512;
+
+  layout_t *lays = calloc(o.layout_count, sizeof *lays);
+  run_t *runs = calloc(o.layout_count * o.trace_count, sizeof *runs);
+  cm_replay_panel_t *panels = calloc(o.trace_count, sizeof *panels);
+  cm_replay_series_t *series = calloc(o.layout_count * o.trace_count, sizeof *series);
+  bool *done = calloc(o.trace_count, sizeof *done);
+  if (!lays || !runs || !panels || !series || !done) {
+    fprintf(stderr, "cubemem replay: out of memory\n");
+    status = 1;
+    goto out;
+  }
+  for (size_t l = 0; l < o.layout_count; l++) {
+    lays[l].text = o.layouts[l];
+    cm_diag_clear(&d);
+    if (cm_pools_parse(o.layouts[l], env.props, lays[l].pools, CM_MAX_DYNAMIC_POOLS,
+                       &lays[l].count, &d) != CM_OK) {
+      fprintf(stderr, "cubemem replay: --pools '%s': %s\n", o.layouts[l],
+              d.message[0] ? d.message : cm_strerror(d.code));
+      status = 2;
+      goto out;
+    }
+  }
+
+  cm_trace_parse_options_t po = {.skip_bad_lines = o.skip_bad};
+  for (size_t ti = 0; ti < o.trace_count; ti++) {
+    const char *tname = o.traces[ti];
+    cm_trace_t *t = NULL;
+    cm_diag_clear(&d);
+    if (cm_trace_load(tname, &po, &t, &d) != CM_OK) {
+      if (d.line) fprintf(stderr, "%s:%u: %s\n", tname, d.line, d.message);
+      else fprintf(stderr, "%s: %s\n", tname, d.message);
+      status = 1;
+      break;
+    }
+    if (t->bad_lines)
+      fprintf(stderr, "%s: skipped %" PRIu64 " malformed line%s (first: %s:%" PRIu64 ": %s)\n",
+              tname, t->bad_lines, t->bad_lines == 1 ? "" : "s", tname, t->first_bad_line,
+              t->first_bad_message);
+    if (t->unknown_frees)
+      fprintf(stderr, "%s: %" PRIu64 " free%s of unknown pointers ignored\n", tname,
+              t->unknown_frees, t->unknown_frees == 1 ? "" : "s");
+    if (t->alloc_failures)
+      fprintf(stderr, "%s: %" PRIu64 " 'allocate failure' row%s not replayed\n", tname,
+              t->alloc_failures, t->alloc_failures == 1 ? "" : "s");
+    if (t->duplicate_allocs)
+      fprintf(stderr, "%s: %" PRIu64 " allocation%s of an already live pointer (the earlier "
+              "one was freed first)\n", tname, t->duplicate_allocs,
+              t->duplicate_allocs == 1 ? "" : "s");
+    run_t *tr = &runs[ti * o.layout_count];
+    bool ok = true;
+    for (size_t l = 0; l < o.layout_count; l++) {
+      cm_diag_clear(&d);
+      int rc = replay_layout(&env, &lays[l], tname, t, &tr[l], &d);
+      if (rc != CM_OK) {
+        fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
+                d.message[0] ? d.message : cm_strerror(rc));
+        status = 1;
+        ok = false;
+        for (size_t k = 0; k <= l; k++) cm_replay_result_free(&tr[k].res);
+        break;
+      }
+    }
+    if (ok) {
+      if (o.json)
+        for (size_t l = 0; l < o.layout_count; l++) print_json(tname, &lays[l], t, &tr[l], &env);
+      else
+        print_text(tname, t, lays, tr, o.layout_count, &env);
+      fflush(stdout);
+      done[ti] = true;
+      panels[ti].title = tname;
+      panels[ti].series = &series[ti * o.layout_count];
+      panels[ti].series_count = o.layout_count;
+      for (size_t l = 0; l < o.layout_count; l++)
+        series[ti * o.layout_count + l] = (cm_replay_series_t){lays[l].text, &tr[l].res};
+    }
+    cm_trace_free(t);
+    if (!ok) break;
+  }
+
+  if (o.svg && status == 0) {
+    FILE *f = fopen(o.svg, "w");
+    if (!f) {
+      fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, strerror(errno));
+      status = 1;
+    } else {
+      int rc = cm_replay_svg(panels, o.trace_count, write_file, f);
+      if (fclose(f) != 0 || rc != CM_OK) {
+        fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, cm_strerror(rc ? rc : CM_EIO));
+        status = 1;
+      }
+    }
+  }
+
+out:
+  if (runs && done)
+    for (size_t ti = 0; ti < o.trace_count; ti++)
+      if (done[ti])
+        for (size_t l = 0; l < o.layout_count; l++)
+          cm_replay_result_free(&runs[ti * o.layout_count + l].res);
+  free(done);
+  free(series);
+  free(panels);
+  free(runs);
+  free(lays);
+  cm_logger_destroy(logger);
+  cm_config_free(&cfg);
+  return status;
+}

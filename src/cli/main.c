@@ -1,0 +1,49 @@
+/*
+ * main.c - entry point of the `cubemem` tool: dispatches to subcommands.
+ * The tool links only the public API of libcubemem.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cubemem/cubemem.h"
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} k_commands[] = {
+    {"replay", cm_cli_replay, "replay allocation traces (RMM CSV) through the memory manager"},
+    {"plan", cm_cli_plan, "dry-run a trace and print a measured pool layout"},
+    {"check-config", cm_cli_check_config, "validate a cubecl.toml and print the memory settings"},
+    {"toml2json", cm_cli_toml2json, "read TOML on stdin, print toml-test tagged JSON"},
+    {"demo", cm_cli_demo, "a short tour of the API with a memory report"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: cubemem <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    fprintf(out, "  %-13s %s\n", k_commands[i].name, k_commands[i].help);
+  fprintf(out, "\nRun 'cubemem <command> --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    int v = cm_version();
+    printf("cubemem %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "cubemem: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,161 @@
+/*
+ * desc.c - descriptors, handles and bindings (spec §3), and the freed inbox.
+ *
+ * Algorithm: see desc.h for the state word. Releases from any thread use one
+ * CAS; the manager learns about freed slices by draining its inbox on its own
+ * thread, so reserve/release never scan slices (O(1) per release).
+ * Exports: every cm_handle_* / cm_binding_* function, cm__desc_* helpers.
+ */
+#include <stdlib.h>
+
+#include "core/desc.h"
+
+static _Atomic uint64_t g_next_desc_id = 1; /* ids only: never reused state */
+
+static cm_desc_t *desc_alloc(void) {
+  cm_desc_t *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  d->id = atomic_fetch_add_explicit(&g_next_desc_id, 1, memory_order_relaxed);
+  return d;
+}
+
+cm_desc_t *cm__desc_new_owned(cm__inbox *inbox) {
+  cm_desc_t *d = desc_alloc();
+  if (!d) return NULL;
+  atomic_init(&d->state, CM__OWNED);
+  atomic_init(&d->hc, 0);
+  atomic_init(&d->inbox, inbox);
+  return d;
+}
+
+int cm_handle_new(cm_handle_t *out) {
+  if (!out) return CM_EINVAL;
+  cm_desc_t *d = desc_alloc();
+  if (!d) {
+    out->d = NULL;
+    return CM_ENOMEM;
+  }
+  atomic_init(&d->state, CM__RC_ONE);
+  atomic_init(&d->hc, 1);
+  atomic_init(&d->inbox, NULL);
+  out->d = d;
+  return CM_OK;
+}
+
+cm_handle_t cm__desc_take_handle(cm_desc_t *d) {
+  atomic_fetch_add_explicit(&d->state, CM__RC_ONE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->hc, 1, memory_order_relaxed);
+  return (cm_handle_t){d};
+}
+
+static void push_inbox(cm_desc_t *d) {
+  cm__inbox *in = atomic_load_explicit(&d->inbox, memory_order_acquire);
+  cm_desc_t *head = atomic_load_explicit(&in->head, memory_order_relaxed);
+  do {
+    d->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&in->head, &head, d, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* Drop one user reference. */
+static void desc_unref(cm_desc_t *d) {
+  uint64_t s = atomic_load_explicit(&d->state, memory_order_relaxed);
+  for (;;) {
+    uint64_t rc = s >> 2;
+    uint64_t next;
+    if (rc > 1) {
+      next = s - CM__RC_ONE;
+    } else if (s & CM__OWNED) {
+      next = (s - CM__RC_ONE) | CM__QUEUED;
+    } else {
+      next = s - CM__RC_ONE;
+    }
+    if (atomic_compare_exchange_weak_explicit(&d->state, &s, next, memory_order_acq_rel,
+                                              memory_order_relaxed)) {
+      if (rc == 1) {
+        if (s & CM__OWNED) {
+          if (!(s & CM__QUEUED)) push_inbox(d);
+        } else if (next == 0) {
+          free(d);
+        }
+      }
+      return;
+    }
+  }
+}
+
+void cm__desc_detach(cm_desc_t *d) {
+  d->slice = NULL;
+  atomic_store_explicit(&d->inbox, NULL, memory_order_relaxed);
+  uint64_t old = atomic_fetch_and_explicit(&d->state, ~CM__OWNED, memory_order_acq_rel);
+  if ((old & ~CM__OWNED) == 0) free(d);
+}
+
+void cm__desc_attach(cm_desc_t *d, cm__inbox *inbox) {
+  atomic_store_explicit(&d->inbox, inbox, memory_order_release);
+  atomic_fetch_or_explicit(&d->state, CM__OWNED, memory_order_acq_rel);
+}
+
+cm_desc_t *cm__inbox_take(cm__inbox *in) {
+  cm_desc_t *list = atomic_exchange_explicit(&in->head, NULL, memory_order_acquire);
+  cm_desc_t *rev = NULL; /* reverse: release order */
+  while (list) {
+    cm_desc_t *n = list->next;
+    list->next = rev;
+    rev = list;
+    list = n;
+  }
+  return rev;
+}
+
+bool cm__desc_drained(cm_desc_t *d) {
+  uint64_t old = atomic_fetch_and_explicit(&d->state, ~CM__QUEUED, memory_order_acq_rel);
+  uint64_t now = old & ~CM__QUEUED;
+  if (now == 0) { /* detached while queued and unreferenced */
+    free(d);
+    return false;
+  }
+  return now == CM__OWNED; /* owned, rc 0 */
+}
+
+cm_handle_t cm_handle_clone(cm_handle_t h) {
+  if (h.d) {
+    atomic_fetch_add_explicit(&h.d->state, CM__RC_ONE, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h.d->hc, 1, memory_order_relaxed);
+  }
+  return h;
+}
+
+void cm_handle_release(cm_handle_t h) {
+  if (!h.d) return;
+  atomic_fetch_sub_explicit(&h.d->hc, 1, memory_order_relaxed);
+  desc_unref(h.d);
+}
+
+bool cm_handle_can_mut(cm_handle_t h) {
+  if (!h.d) return false;
+  return atomic_load_explicit(&h.d->hc, memory_order_acquire) <= 1;
+}
+
+uint64_t cm_handle_id(cm_handle_t h) { return h.d ? h.d->id : 0; }
+
+cm_binding_t cm_handle_into_binding(cm_handle_t h) {
+  if (h.d) atomic_fetch_sub_explicit(&h.d->hc, 1, memory_order_relaxed);
+  return (cm_binding_t){h.d};
+}
+
+cm_binding_t cm_handle_binding(cm_handle_t h) {
+  if (h.d) atomic_fetch_add_explicit(&h.d->state, CM__RC_ONE, memory_order_relaxed);
+  return (cm_binding_t){h.d};
+}
+
+cm_binding_t cm_binding_clone(cm_binding_t b) {
+  if (b.d) atomic_fetch_add_explicit(&b.d->state, CM__RC_ONE, memory_order_relaxed);
+  return b;
+}
+
+void cm_binding_release(cm_binding_t b) {
+  if (b.d) desc_unref(b.d);
+}
+
+uint64_t cm_binding_id(cm_binding_t b) { return b.d ? b.d->id : 0; }

@@ -1,0 +1,71 @@
+/*
+ * desc.h - descriptors: the shared, reference-counted identity of a slice
+ * (spec §3), and the lock-free "freed" inbox through which releases made on
+ * any thread reach the manager.
+ *
+ * State word (one atomic u64):  rc << 2 | QUEUED | OWNED
+ *   rc      user references: handles + bindings (the pool's own copy is NOT
+ *           counted; it is the OWNED bit)
+ *   OWNED   a slice of some manager owns this descriptor
+ *   QUEUED  the descriptor sits in (or is being pushed to) its owner's inbox
+ * Transitions:
+ *   user release, rc 1 -> 0, OWNED   : set QUEUED, push to inbox (any thread)
+ *   user release, rc 1 -> 0, !OWNED  : free the descriptor
+ *   drain (device thread)            : clear QUEUED; OWNED && rc == 0 -> the
+ *                                      slice is free; !OWNED && rc == 0 -> free
+ *   detach (device thread)           : clear OWNED; state == 0 -> free
+ * A descriptor is therefore freed exactly once, by whoever makes the state 0.
+ * `hc` counts user handles only (can_mut iff hc <= 1).
+ * Fields below `id` are touched only by the thread driving the owner manager.
+ */
+#ifndef CM_CORE_DESC_H
+#define CM_CORE_DESC_H
+
+#include <stdatomic.h>
+
+#include "cubemem/memory.h"
+
+#define CM__OWNED 1ull
+#define CM__QUEUED 2ull
+#define CM__RC_ONE 4ull
+
+struct cm__slice;
+struct cm_manager;
+
+typedef struct cm__inbox {
+  _Atomic(cm_desc_t *) head; /* Treiber stack of descriptors whose rc reached 0 */
+} cm__inbox;
+
+struct cm_desc {
+  _Atomic uint64_t state;           /* see above */
+  _Atomic uint32_t hc;              /* user handles */
+  _Atomic(cm__inbox *) inbox;       /* owner's inbox while OWNED */
+  cm_desc_t *next;                  /* inbox link (written before publication) */
+  uint64_t id;                      /* descriptor id (process-wide counter) */
+  /* --- owner-thread fields --- */
+  struct cm__slice *slice;          /* owning slice, NULL when stale/unplaced */
+  struct cm_manager *mgr;           /* owning manager, NULL when never placed */
+  bool init;                        /* ever placed */
+};
+
+/* Allocate a descriptor with rc = 0 (no user reference) and OWNED, for a pool
+ * slice. NULL on host OOM. */
+cm_desc_t *cm__desc_new_owned(cm__inbox *inbox);
+/* Give the pool's descriptor a first user handle (rc 0 -> 1, hc 0 -> 1). */
+cm_handle_t cm__desc_take_handle(cm_desc_t *d);
+/* Owner thread drops ownership; frees the descriptor if nothing refers to it. */
+void cm__desc_detach(cm_desc_t *d);
+/* Make an unowned descriptor owned (bind); rc unchanged. */
+void cm__desc_attach(cm_desc_t *d, cm__inbox *inbox);
+/* Pop everything queued, in release order. Each returned descriptor has had
+ * QUEUED cleared; the caller checks cm__desc_is_free / frees stale ones via
+ * cm__desc_drained. */
+cm_desc_t *cm__inbox_take(cm__inbox *in);
+/* Handle one drained descriptor: returns true if it is owned and free (the
+ * caller marks its slice free); frees unowned unreferenced ones. */
+bool cm__desc_drained(cm_desc_t *d);
+static inline uint64_t cm__desc_rc(const cm_desc_t *d) {
+  return atomic_load_explicit(&((cm_desc_t *)d)->state, memory_order_acquire) >> 2;
+}
+
+#endif

@@ -1,0 +1,372 @@
+/*
+ * layout.c - pool layouts: the reference presets SubSlices and ExclusivePages
+ * computed exactly as spec §5.3 shows, resolution and validation of explicit
+ * lists (§11.5, with its error texts), and the command-line syntax
+ *   "sliced:page=8MiB,max-slice=2MiB,cap=64MiB;exclusive:max=128MiB,period=5000;direct"
+ * Exports: cm_pools_preset, cm_pools_resolve, cm_pools_parse, cm_pools_format.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/layout.h"
+#include "core/util.h"
+
+#define MIB (1ull << 20)
+
+static uint64_t period_for(uint64_t bytes) {
+  /* 5000 * round(1 + bytes / 2^30), round half away from zero */
+  double x = 1.0 + (double)bytes / 1073741824.0;
+  return 5000ull * (uint64_t)llround(x);
+}
+
+static uint64_t rup(uint64_t n, uint64_t a) {
+  uint64_t r;
+  return cm__round_up(n, a, &r) ? r : UINT64_MAX;
+}
+
+static int emit(cm_pool_options_t *out, size_t cap, size_t *n, cm_pool_options_t o) {
+  if (*n < cap) out[*n] = o;
+  (*n)++;
+  return CM_OK;
+}
+
+static cm_pool_options_t exclusive(uint64_t max, bool has_period, uint64_t period) {
+  cm_pool_options_t o = {0};
+  o.kind = CM_POOL_EXCLUSIVE;
+  o.max_alloc_size = max;
+  o.has_dealloc_period = has_period;
+  o.dealloc_period = period;
+  return o;
+}
+
+static cm_pool_options_t sliced(uint64_t page, uint64_t max_slice) {
+  cm_pool_options_t o = {0};
+  o.kind = CM_POOL_SLICED;
+  o.page_size = page;
+  o.max_slice_size = max_slice;
+  o.has_max_slice_size = true;
+  return o;
+}
+
+static void subslices(cm_device_props_t pr, cm_pool_options_t *out, size_t cap, size_t *n) {
+  uint64_t A = pr.alignment ? pr.alignment : 1, M = pr.max_page_size;
+  emit(out, cap, n, exclusive(0, false, 0));
+  uint64_t pages[64], slices[64];
+  size_t k = 0;
+  uint64_t cur = M;
+  unsigned shift = 1;
+  while (cur >= 32 * MIB && k < 64) {
+    cur = rup(cur / 4, A);
+    pages[k] = cur;
+    slices[k] = shift < 64 ? cur >> shift : 0;
+    k++;
+    shift++;
+  }
+  while (k > 0) {
+    k--;
+    emit(out, cap, n, sliced(pages[k], slices[k]));
+  }
+  uint64_t tail = (M / A) * A;
+  emit(out, cap, n, exclusive(tail, true, period_for(tail)));
+}
+
+static void exclusive_pages(cm_device_props_t pr, cm_pool_options_t *out, size_t cap,
+                            size_t *n) {
+  uint64_t A = pr.alignment ? pr.alignment : 1;
+  double lo = log(32768.0), hi = log((double)(pr.max_page_size ? pr.max_page_size : 1));
+  uint64_t prev = 0;
+  for (int i = 0; i < 24; i++) {
+    double v = exp(lo + (hi - lo) * (double)i / 23.0);
+    uint64_t sz = rup((uint64_t)trunc(v), A);
+    if (i > 0 && sz == prev) continue;
+    prev = sz;
+    emit(out, cap, n, exclusive(sz, true, period_for(sz)));
+  }
+}
+
+int cm_pools_preset(cm_preset_t preset, cm_device_props_t props, cm_pool_options_t *out,
+                    size_t cap, size_t *out_count) {
+  size_t n = 0;
+  switch (preset) {
+    case CM_PRESET_SUBSLICES: subslices(props, out, cap, &n); break;
+    case CM_PRESET_EXCLUSIVE_PAGES: exclusive_pages(props, out, cap, &n); break;
+    case CM_PRESET_DEFAULT: {
+      int rc = cm__preset_default(props, out, cap, &n);
+      if (rc) return rc;
+      break;
+    }
+    default: return CM_EINVAL;
+  }
+  if (out_count) *out_count = n;
+  return n > cap ? CM_EINVAL : CM_OK;
+}
+
+int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t props,
+                     cm_pool_options_t *out, cm_diag_t *diag) {
+  uint64_t A = props.alignment ? props.alignment : 1;
+  if (!in || n == 0) return cm__diag_set(diag, CM_ECONFIG, "the pool list is empty");
+  if (n >= 255)
+    return cm__diag_set(diag, CM_ECONFIG,
+                        "the pool list has %zu entries, exceeding the maximum of 254 dynamic pools",
+                        n);
+  for (size_t i = 0; i < n; i++) {
+    cm_pool_options_t o = in[i];
+    switch (o.kind) {
+      case CM_POOL_EXCLUSIVE:
+        if (!cm__round_up(o.max_alloc_size, A, &o.max_alloc_size))
+          return cm__diag_set(diag, CM_ECONFIG, "`max_alloc_size` overflows when aligned");
+        break;
+      case CM_POOL_DIRECT:
+        o.has_dealloc_period = false;
+        o.dealloc_period = 0;
+        break;
+      case CM_POOL_SLICED:
+      case CM_POOL_ARENA: {
+        if (o.kind == CM_POOL_ARENA && o.page_size == 0) break; /* auto-sized arena */
+        if (o.page_size == 0) return cm__diag_set(diag, CM_ECONFIG, "`page_size` must be non-zero");
+        if (!cm__round_up(o.page_size, A, &o.page_size))
+          return cm__diag_set(diag, CM_ECONFIG, "`page_size` overflows when aligned");
+        if (o.kind == CM_POOL_ARENA) break;
+        if (o.has_max_slice_size) {
+          if (o.max_slice_size == 0)
+            return cm__diag_set(diag, CM_ECONFIG, "`max_slice_size` must be non-zero");
+          if (!cm__round_up(o.max_slice_size, A, &o.max_slice_size))
+            return cm__diag_set(diag, CM_ECONFIG, "`max_slice_size` overflows when aligned");
+        } else {
+          o.max_slice_size = o.page_size;
+          o.has_max_slice_size = true;
+        }
+        if (o.max_slice_size > o.page_size)
+          return cm__diag_set(diag, CM_ECONFIG,
+                              "`max_slice_size` (%" PRIu64 ") exceeds `page_size` (%" PRIu64
+                              "); a slice can never span pages",
+                              o.max_slice_size, o.page_size);
+        if (o.has_max_pool_size) {
+          if (o.max_pool_size == 0)
+            return cm__diag_set(diag, CM_ECONFIG, "`max_pool_size` must be non-zero");
+          if (o.max_pool_size < o.page_size)
+            return cm__diag_set(diag, CM_ECONFIG,
+                                "`max_pool_size` (%" PRIu64 ") is smaller than `page_size` (%" PRIu64
+                                "); the cap can't fit a single page",
+                                o.max_pool_size, o.page_size);
+          uint64_t pages = o.max_pool_size / o.page_size;
+          if (pages > 65535)
+            return cm__diag_set(diag, CM_ECONFIG,
+                                "`max_pool_size` spans %" PRIu64
+                                " pages of `page_size`, exceeding the maximum of 65535; increase "
+                                "`page_size` or lower the cap",
+                                pages);
+        }
+        break;
+      }
+      default: return cm__diag_set(diag, CM_ECONFIG, "pool %zu has an unknown kind", i);
+    }
+    out[i] = o;
+  }
+  return CM_OK;
+}
+
+/* ---- command-line syntax ---- */
+
+static int parse_size(const char *s, size_t len, uint64_t *out) {
+  size_t i = 0;
+  uint64_t v = 0;
+  if (len == 0 || !isdigit((unsigned char)s[0])) return -1;
+  while (i < len && isdigit((unsigned char)s[i])) {
+    unsigned d = (unsigned)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1;
+    v = v * 10 + d;
+    i++;
+  }
+  const char *u = s + i;
+  size_t ul = len - i;
+  unsigned shift = 0;
+  if (ul == 0 || (ul == 1 && (u[0] == 'B' || u[0] == 'b'))) shift = 0;
+  else if (ul == 3 && !strncmp(u, "KiB", 3)) shift = 10;
+  else if (ul == 3 && !strncmp(u, "MiB", 3)) shift = 20;
+  else if (ul == 3 && !strncmp(u, "GiB", 3)) shift = 30;
+  else if (ul == 3 && !strncmp(u, "TiB", 3)) shift = 40;
+  else return -1;
+  if (shift && v > (UINT64_MAX >> shift)) return -1;
+  *out = v << shift;
+  return 0;
+}
+
+int cm__parse_size(const char *s, uint64_t *out);
+int cm__parse_size(const char *s, uint64_t *out) { return parse_size(s, strlen(s), out); }
+
+static bool key_is(const char *k, size_t kl, const char *name) {
+  return strlen(name) == kl && !strncmp(k, name, kl);
+}
+
+int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t *out, size_t cap,
+                   size_t *out_count, cm_diag_t *diag) {
+  if (!text || !out_count) return cm__diag_set(diag, CM_EINVAL, "no layout given");
+  cm_preset_t pre;
+  if (!strcmp(text, "default")) pre = CM_PRESET_DEFAULT;
+  else if (!strcmp(text, "subslices") || !strcmp(text, "sub-slices")) pre = CM_PRESET_SUBSLICES;
+  else if (!strcmp(text, "exclusive-pages") || !strcmp(text, "exclusive"))
+    pre = CM_PRESET_EXCLUSIVE_PAGES;
+  else pre = (cm_preset_t)-1;
+  if ((int)pre >= 0) {
+    int rc = cm_pools_preset(pre, props, out, cap, out_count);
+    if (rc) return cm__diag_set(diag, rc, "the preset has %zu pools; room for %zu", *out_count, cap);
+    return CM_OK;
+  }
+  cm_pool_options_t tmp[CM_MAX_DYNAMIC_POOLS + 1];
+  size_t n = 0;
+  const char *p = text;
+  while (*p) {
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (n > CM_MAX_DYNAMIC_POOLS)
+      return cm__diag_set(diag, CM_ECONFIG, "the pool list has more than 254 entries");
+    cm_pool_options_t o = {0};
+    const char *colon = memchr(p, ':', len);
+    size_t kl = colon ? (size_t)(colon - p) : len;
+    if (key_is(p, kl, "sliced")) o.kind = CM_POOL_SLICED;
+    else if (key_is(p, kl, "exclusive")) o.kind = CM_POOL_EXCLUSIVE;
+    else if (key_is(p, kl, "direct")) o.kind = CM_POOL_DIRECT;
+    else if (key_is(p, kl, "arena")) o.kind = CM_POOL_ARENA;
+    else
+      return cm__diag_set(diag, CM_EPARSE,
+                          "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct or "
+                          "arena",
+                          n + 1, (int)kl, p);
+    const char *q = colon ? colon + 1 : p + len;
+    const char *qend = p + len;
+    while (q < qend) {
+      const char *comma = memchr(q, ',', (size_t)(qend - q));
+      const char *iend = comma ? comma : qend;
+      const char *eq = memchr(q, '=', (size_t)(iend - q));
+      if (!eq)
+        return cm__diag_set(diag, CM_EPARSE, "pool %zu: expected key=value, got '%.*s'", n + 1,
+                            (int)(iend - q), q);
+      size_t klen = (size_t)(eq - q);
+      enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_NONE } key = K_NONE;
+      if (key_is(q, klen, "page") || key_is(q, klen, "page_size")) key = K_PAGE;
+      else if (key_is(q, klen, "max-slice") || key_is(q, klen, "max_slice_size")) key = K_SLICE;
+      else if (key_is(q, klen, "cap") || key_is(q, klen, "max_pool_size")) key = K_CAP;
+      else if (key_is(q, klen, "max") || key_is(q, klen, "max_alloc_size")) key = K_MAX;
+      else if (key_is(q, klen, "period") || key_is(q, klen, "dealloc_period")) key = K_PERIOD;
+      else if (key_is(q, klen, "reclaim") || key_is(q, klen, "reclaim_at")) key = K_RECLAIM;
+      if (key == K_NONE)
+        return cm__diag_set(diag, CM_EPARSE,
+                            "pool %zu: unknown option '%.*s'; expected page, max-slice, cap, max, "
+                            "period or reclaim",
+                            n + 1, (int)klen, q);
+      uint64_t v;
+      if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
+        return cm__diag_set(diag, CM_EPARSE,
+                            "pool %zu: bad value '%.*s' for '%.*s' (use bytes or "
+                            "KiB/MiB/GiB/TiB)",
+                            n + 1, (int)(iend - eq - 1), eq + 1, (int)klen, q);
+      switch (key) {
+        case K_PAGE: o.page_size = v; break;
+        case K_SLICE:
+          o.max_slice_size = v;
+          o.has_max_slice_size = true;
+          break;
+        case K_CAP:
+          o.max_pool_size = v;
+          o.has_max_pool_size = true;
+          break;
+        case K_MAX: o.max_alloc_size = v; break;
+        case K_PERIOD:
+          o.dealloc_period = v;
+          o.has_dealloc_period = true;
+          break;
+        case K_RECLAIM:
+          o.reclaim_at = v;
+          o.has_reclaim_at = true;
+          break;
+        case K_NONE: break;
+      }
+      q = comma ? comma + 1 : qend;
+    }
+    tmp[n++] = o;
+    p = end ? end + 1 : p + len;
+  }
+  if (n == 0) return cm__diag_set(diag, CM_ECONFIG, "the pool list is empty");
+  *out_count = n;
+  if (n > cap) return cm__diag_set(diag, CM_EINVAL, "room for %zu pools, %zu given", cap, n);
+  return cm_pools_resolve(tmp, n, props, out, diag);
+}
+
+static void fmt_size(char *b, size_t cap, uint64_t v) {
+  static const char *u[] = {"TiB", "GiB", "MiB", "KiB"};
+  static const unsigned sh[] = {40, 30, 20, 10};
+  for (int i = 0; i < 4; i++)
+    if (v && v % (1ull << sh[i]) == 0) {
+      snprintf(b, cap, "%" PRIu64 "%s", v >> sh[i], u[i]);
+      return;
+    }
+  snprintf(b, cap, "%" PRIu64, v);
+}
+
+/* Append ",key=value" (or ":key=value" for the first option of a pool). */
+static int fmt_opt(char *tmp, size_t cap, int w, const char *key, const char *val) {
+  bool first = !memchr(tmp, ':', (size_t)w);
+  int k = snprintf(tmp + w, cap - (size_t)w, "%s%s=%s", first ? ":" : ",", key, val);
+  return k > 0 ? w + k : w;
+}
+
+size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size_t cap) {
+  size_t len = 0;
+  char tmp[512];
+  for (size_t i = 0; i < n; i++) {
+    const cm_pool_options_t *o = &pools[i];
+    char v[32];
+    int w = 0;
+    switch (o->kind) {
+      case CM_POOL_SLICED:
+        w = snprintf(tmp, sizeof tmp, "sliced");
+        fmt_size(v, sizeof v, o->page_size);
+        w = fmt_opt(tmp, sizeof tmp, w, "page", v);
+        fmt_size(v, sizeof v, o->has_max_slice_size ? o->max_slice_size : o->page_size);
+        w = fmt_opt(tmp, sizeof tmp, w, "max-slice", v);
+        break;
+      case CM_POOL_EXCLUSIVE:
+        w = snprintf(tmp, sizeof tmp, "exclusive");
+        fmt_size(v, sizeof v, o->max_alloc_size);
+        w = fmt_opt(tmp, sizeof tmp, w, "max", v);
+        break;
+      case CM_POOL_DIRECT:
+        w = snprintf(tmp, sizeof tmp, "direct");
+        if (o->has_reclaim_at) {
+          fmt_size(v, sizeof v, o->reclaim_at);
+          w = fmt_opt(tmp, sizeof tmp, w, "reclaim", v);
+        }
+        break;
+      case CM_POOL_ARENA:
+        w = snprintf(tmp, sizeof tmp, "arena");
+        if (o->page_size) {
+          fmt_size(v, sizeof v, o->page_size);
+          w = fmt_opt(tmp, sizeof tmp, w, "page", v);
+        }
+        if (o->max_alloc_size) {
+          fmt_size(v, sizeof v, o->max_alloc_size);
+          w = fmt_opt(tmp, sizeof tmp, w, "max", v);
+        }
+        break;
+      default: w = snprintf(tmp, sizeof tmp, "unknown"); break;
+    }
+    if (o->has_max_pool_size && (o->kind == CM_POOL_SLICED || o->kind == CM_POOL_ARENA)) {
+      fmt_size(v, sizeof v, o->max_pool_size);
+      w = fmt_opt(tmp, sizeof tmp, w, "cap", v);
+    }
+    if (o->has_dealloc_period && o->kind != CM_POOL_DIRECT) {
+      snprintf(v, sizeof v, "%" PRIu64, o->dealloc_period);
+      w = fmt_opt(tmp, sizeof tmp, w, "period", v);
+    }
+    int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s",
+                     i ? ";" : "", tmp);
+    if (k > 0) len += (size_t)k;
+  }
+  if (n == 0 && cap) buf[0] = 0;
+  return len;
+}

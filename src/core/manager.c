@@ -1,0 +1,743 @@
+/*
+ * manager.c - the memory manager (spec §5): routing, handles, modes and
+ * persistent windows, cleanup, install_pools, capture, dry runs, lookups.
+ *
+ * Algorithm. reserve(size) drains the freed inbox (slices released from any
+ * thread since the last call), runs the periodic cleanup, then routes: the
+ * persistent pool when the mode or the size-match rule says so, else the
+ * dynamic pools in order, first accepting pool with room wins, capped pools
+ * spill to later accepting pools (one warning per pool per layout). Every
+ * step is O(1) or O(log n) in live slices: pools keep free structures
+ * (see pool_*.c); nothing scans.
+ *
+ * Invariants (checked by cm_manager_check):
+ *  M1 reserved_total == sum of pools' usage.bytes_reserved
+ *  M2 each pool's incremental usage == usage recomputed from its structures
+ *  M3 every used slice's descriptor points back at the slice
+ * Locking: none inside; the caller serialises manager calls (memory.h).
+ * Exports: cm_manager_* (public), helpers of pool.h/manager_internal.h.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/layout.h"
+#include "core/manager_internal.h"
+#include "storage/storage_internal.h"
+
+/* ---- helpers for pools ----------------------------------------------------- */
+
+cm_storage_t *cm__pool_storage(cm__pool *p) { return p->m->storage; }
+
+cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
+  cm_desc_t *d = cm__desc_new_owned(&p->m->inbox);
+  if (!d) return NULL;
+  d->slice = s;
+  d->mgr = p->m;
+  d->init = true;
+  s->desc = d;
+  return d;
+}
+
+void cm__pool_reserved_add(cm__pool *p, int64_t delta) {
+  p->usage.bytes_reserved += (uint64_t)delta;
+  if (p->usage.bytes_reserved > p->reserved_peak) p->reserved_peak = p->usage.bytes_reserved;
+  struct cm_manager *m = p->m;
+  m->reserved_total += (uint64_t)delta;
+  if (m->reserved_total > m->reserved_peak) m->reserved_peak = m->reserved_total;
+}
+
+void cm__pool_pages_add(cm__pool *p, int64_t delta) {
+  p->pages += (uint64_t)delta;
+  if (p->pages > p->pages_peak) p->pages_peak = p->pages;
+}
+
+bool cm__manager_capturing(const struct cm_manager *m) { return m->capturing; }
+
+uint64_t cm__manager_lazy_id(struct cm_manager *m) { return m->lazy_next_id--; }
+
+static cm__pool *pool_of(cm_manager_t *m, const cm__slice *s) {
+  return s->pool == CM_PERSISTENT_POOL ? m->persistent : m->pools[s->pool];
+}
+
+/* ---- logging ----------------------------------------------------------------- */
+
+#define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)
+
+static void log_display(cm_manager_t *m, cm_log_level_t lvl, const char *prefix) {
+  size_t need = cm_manager_display(m, NULL, 0);
+  size_t plen = strlen(prefix);
+  char *buf = malloc(plen + need + 1);
+  if (!buf) {
+    cm_logger_write(m->logger, lvl, prefix);
+    return;
+  }
+  memcpy(buf, prefix, plen);
+  cm_manager_display(m, buf + plen, need + 1);
+  cm_logger_write(m->logger, lvl, buf);
+  free(buf);
+}
+
+static void log_pools(cm_manager_t *m) {
+  if (!LOG_ON(m, CM_LOG_BASIC)) return;
+  size_t cap = 256 + m->npools * 256, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) return;
+  buf[0] = 0;
+  for (size_t i = 0; i < m->npools; i++) {
+    char opts[192];
+    cm_pools_format(&m->pools[i]->opts, 1, opts, sizeof opts);
+    int n = snprintf(buf + len, cap - len, "[%s] Using memory pool: \n %s\n", m->name, opts);
+    if (n > 0 && (size_t)n < cap - len) len += (size_t)n;
+  }
+  cm_logger_write(m->logger, CM_LOG_BASIC, buf);
+  free(buf);
+}
+
+/* ---- slices handed out / freed ----------------------------------------------- */
+
+static void mark_used(cm__pool *p, cm__slice *s, uint64_t size) {
+  uint64_t pad = cm__pad(size, p->alignment);
+  s->size = size;
+  s->padding = pad;
+  s->used = 1;
+  p->usage.number_allocs++;
+  p->usage.bytes_in_use += size;
+  p->usage.bytes_padding += pad;
+  if (size > p->largest_alloc) p->largest_alloc = size;
+}
+
+static void mark_free(cm__pool *p, cm__slice *s) {
+  s->used = 0;
+  p->usage.number_allocs--;
+  p->usage.bytes_in_use -= s->size;
+  p->usage.bytes_padding -= s->padding;
+}
+
+void cm__manager_drain(cm_manager_t *m) {
+  cm_desc_t *d = cm__inbox_take(&m->inbox);
+  while (d) {
+    cm_desc_t *next = d->next;
+    cm__slice *s = d->slice;
+    if (cm__desc_drained(d) && s && s->used) {
+      cm__pool *p = pool_of(m, s);
+      mark_free(p, s);
+      p->vt->on_free(p, s);
+    }
+    d = next;
+  }
+}
+
+/* A new user handle on slice s (used or known-free). */
+static int slice_handle(cm_manager_t *m, cm__pool *p, cm__slice *s, cm_handle_t *out) {
+  if (!s->desc && !cm__slice_new_desc(p, s)) return CM_ENOMEM;
+  if (!s->used) {
+    p->vt->take_free(p, s);
+    mark_used(p, s, s->size);
+  }
+  (void)m;
+  *out = cm__desc_take_handle(s->desc);
+  return CM_OK;
+}
+
+static int primed_push(cm_manager_t *m, cm_handle_t h) {
+  if (m->nprimed == m->capprimed) {
+    size_t nc = m->capprimed ? m->capprimed * 2 : 16;
+    cm_handle_t *nv = realloc(m->primed, nc * sizeof *nv);
+    if (!nv) return CM_ENOMEM;
+    m->primed = nv;
+    m->capprimed = nc;
+  }
+  m->primed[m->nprimed++] = h;
+  return CM_OK;
+}
+
+static void primed_release(cm_manager_t *m) {
+  for (size_t i = 0; i < m->nprimed; i++) cm_handle_release(m->primed[i]);
+  m->nprimed = 0;
+}
+
+/* Capture touch of a persistent hand-out (spec §5.8). */
+static void touch(cm_manager_t *m, cm__slice *s, cm_handle_t h) {
+  if (!m->capturing) return;
+  s->touched = 1;
+  if (m->priming) {
+    cm_handle_t c = cm_handle_clone(h);
+    if (primed_push(m, c) != CM_OK) cm_handle_release(c);
+  }
+}
+
+/* Hand out slice s of pool p (fresh from try_reserve/alloc) for `size`. */
+static int hand_out(cm_manager_t *m, cm__pool *p, cm__slice *s, uint64_t size, cm_handle_t *out,
+                    cm_diag_t *diag) {
+  if (!s->desc && !cm__slice_new_desc(p, s)) {
+    p->vt->on_free(p, s); /* give it back untouched */
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a descriptor");
+  }
+  mark_used(p, s, size);
+  *out = cm__desc_take_handle(s->desc);
+  return CM_OK;
+}
+
+/* ---- construction -------------------------------------------------------------- */
+
+void cm_manager_config_init(cm_manager_config_t *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->name = "Memory";
+  cfg->props.max_page_size = 128ull << 20;
+  cfg->props.alignment = 32;
+  cfg->preset = CM_PRESET_DEFAULT;
+  cfg->persistent_memory = CM_PERSISTENT_ENABLED;
+  cfg->initial_mode = -1;
+}
+
+static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, cm__pool **out) {
+  switch (o->kind) {
+    case CM_POOL_SLICED: return cm__pool_sliced_new(m, o, pos, out);
+    case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(m, o, pos, out);
+    case CM_POOL_DIRECT: return cm__pool_direct_new(m, o, pos, out);
+    case CM_POOL_ARENA: return cm__pool_arena_new(m, o, pos, out);
+  }
+  return CM_EINVAL;
+}
+
+static void update_periodic(cm_manager_t *m) {
+  m->periodic = false;
+  for (size_t i = 0; i < m->npools; i++)
+    if (m->pools[i]->opts.has_dealloc_period || m->pools[i]->opts.kind == CM_POOL_ARENA)
+      m->periodic = true;
+}
+
+/* Build a pool list into out[]; on failure nothing is left allocated. */
+static int build_pools(cm_manager_t *m, const cm_pool_options_t *pools, size_t n,
+                       cm__pool **out, cm_diag_t *diag) {
+  if (n > CM_MAX_DYNAMIC_POOLS)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "the pool list has %zu entries, exceeding the maximum of 254 dynamic pools",
+                        n);
+  for (size_t i = 0; i < n; i++) {
+    int rc = build_pool(m, &pools[i], (uint8_t)i, &out[i]);
+    if (rc != CM_OK) {
+      for (size_t j = 0; j < i; j++) out[j]->vt->destroy(out[j]);
+      return cm__diag_set(diag, rc, "cannot build pool %zu: %s", i, cm_strerror(rc));
+    }
+  }
+  return CM_OK;
+}
+
+int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_manager_t **out,
+                      cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "out is NULL");
+  *out = NULL;
+  if (!storage || !cfg) return cm__diag_set(diag, CM_EINVAL, "storage and config are required");
+  if ((unsigned)cfg->persistent_memory > CM_PERSISTENT_ENFORCED)
+    return cm__diag_set(diag, CM_EINVAL, "unknown persistent_memory value %d",
+                        (int)cfg->persistent_memory);
+  cm_manager_t *m = calloc(1, sizeof *m);
+  if (!m) return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  snprintf(m->name, sizeof m->name, "%s", cfg->name ? cfg->name : "Memory");
+  m->storage = storage;
+  m->props = cfg->props;
+  if (m->props.alignment == 0) m->props.alignment = 1;
+  m->pm = cfg->persistent_memory;
+  m->logger = cfg->logger;
+  m->log_level = cm_logger_level(cfg->logger);
+  m->lazy_next_id = UINT64_MAX;
+  atomic_init(&m->inbox.head, NULL);
+  if (cfg->initial_mode >= 0)
+    m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+  else
+    m->mode = m->pm == CM_PERSISTENT_ENFORCED ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+
+  cm_pool_options_t preset[64];
+  const cm_pool_options_t *list = cfg->pools;
+  size_t n = cfg->pool_count;
+  if (!list || n == 0) {
+    int rc = cm_pools_preset(cfg->preset, m->props, preset, 64, &n);
+    if (rc != CM_OK) {
+      free(m);
+      return cm__diag_set(diag, rc, "cannot build the preset pool layout");
+    }
+    list = preset;
+  }
+  int rc = cm__pool_persistent_new(m, &m->persistent);
+  if (rc == CM_OK) rc = build_pools(m, list, n, m->pools, diag);
+  if (rc != CM_OK) {
+    if (m->persistent) m->persistent->vt->destroy(m->persistent);
+    free(m);
+    return rc;
+  }
+  m->npools = n;
+  update_periodic(m);
+  log_pools(m);
+  *out = m;
+  return CM_OK;
+}
+
+void cm_manager_destroy(cm_manager_t *m) {
+  if (!m) return;
+  primed_release(m);
+  free(m->primed);
+  cm__manager_drain(m);
+  for (size_t i = 0; i < m->npools; i++) m->pools[i]->vt->destroy(m->pools[i]);
+  m->persistent->vt->destroy(m->persistent);
+  cm_storage_flush(m->storage);
+  cm_storage_destroy(m->storage);
+  free(m);
+}
+
+/* ---- cleanup ------------------------------------------------------------------- */
+
+/* First dynamic pool accepting `size`, or npools. */
+static size_t route(const cm_manager_t *m, uint64_t size) {
+  for (size_t i = 0; i < m->npools; i++)
+    if (m->pools[i]->vt->accept(m->pools[i], size)) return i;
+  return m->npools;
+}
+
+/* Cleanup. `target` is the pool the request being served routes to (only it
+ * keeps memory that would serve `serving`, §15.1 item 6), npools when none. */
+static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t serving,
+                         size_t target) {
+  if (explicit_cleanup && LOG_ON(m, CM_LOG_BASIC))
+    cm_logger_write(m->logger, CM_LOG_BASIC, "Manual memory cleanup ...");
+  if (m->capturing) return;
+  if (explicit_cleanup)
+    m->persistent->vt->cleanup(m->persistent, m->alloc_reserve_count, true, serving);
+  if (explicit_cleanup || m->periodic)
+    for (size_t i = 0; i < m->npools; i++)
+      m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
+                               i == target ? serving : UINT64_MAX);
+  cm_storage_flush(m->storage);
+}
+
+void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
+  if (!m) return;
+  cm__manager_drain(m);
+  cleanup_impl(m, explicit_cleanup, UINT64_MAX, m->npools);
+}
+
+/* ---- reserve ------------------------------------------------------------------- */
+
+static void warn_capacity(cm_manager_t *m, size_t i, uint64_t size) {
+  if (m->capacity_warned[i / 8] & (1u << (i % 8))) return;
+  m->capacity_warned[i / 8] |= (uint8_t)(1u << (i % 8));
+  m->warnings++;
+  char msg[384];
+  snprintf(msg, sizeof msg,
+           "[%s] memory pool %zu is at capacity (first hit at an allocation of %" PRIu64
+           " B); spilling to the next accepting pool. The measured plan is short for this "
+           "workload.",
+           m->name, i, size);
+  cm_logger_warn(m->logger, msg);
+}
+
+static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool may_alloc,
+                              bool lazy, cm_handle_t *out, cm_diag_t *diag, bool *done) {
+  cm__pool *p = m->persistent;
+  cm__slice *s = p->vt->try_reserve(p, size, eff);
+  *done = true;
+  if (s) {
+    int rc = hand_out(m, p, s, size, out, diag);
+    if (rc == CM_OK) {
+      if (LOG_ON(m, CM_LOG_FULL))
+        cm_logger_printf(m->logger, CM_LOG_FULL,
+                         "[%s] Reserved memory %" PRIu64 " using persistent memory", m->name, size);
+      touch(m, s, *out);
+    }
+    return rc;
+  }
+  if (!may_alloc) {
+    *done = false;
+    return CM_OK;
+  }
+  int rc = p->vt->alloc(p, size, eff, lazy, &s, diag);
+  if (rc == CM_OK) rc = hand_out(m, p, s, size, out, diag);
+  if (LOG_ON(m, CM_LOG_BASIC)) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix,
+             "[%s] Allocated a new memory page using persistent memory, \n", m->name);
+    log_display(m, CM_LOG_BASIC, prefix);
+  }
+  if (rc == CM_OK) touch(m, s, *out);
+  return rc;
+}
+
+/* Does the persistent pool have a slice of effective size eff? */
+bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
+
+int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "out is NULL");
+  out->d = NULL;
+  if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
+  uint64_t eff;
+  if (!cm__round_up(size, m->props.alignment, &eff))
+    return cm__diag_set(diag, CM_EOVERFLOW,
+                        "an allocation of %" PRIu64 " bytes overflows when padded to the "
+                        "alignment of %" PRIu64,
+                        size, m->props.alignment);
+  cm__manager_drain(m);
+  m->alloc_reserve_count++;
+  size_t first = route(m, size);
+  if (!m->capturing) cleanup_impl(m, false, size, first);
+  bool lazy = m->dry_runs > 0;
+  bool P = m->mode == CM_MODE_PERSISTENT;
+  bool S = m->pm == CM_PERSISTENT_SIZE_MATCH;
+  if (P || S) {
+    bool done;
+    bool may_alloc = P || cm__persistent_has_size(m->persistent, eff);
+    int rc = reserve_persistent(m, size, eff, may_alloc, lazy, out, diag, &done);
+    if (done) return rc;
+  }
+  if (LOG_ON(m, CM_LOG_FULL)) {
+    char b[32];
+    cm_format_bytes(size, b, sizeof b);
+    cm_logger_printf(m->logger, CM_LOG_FULL, "[%s] Reserved memory %s using dynamic pool",
+                     m->name, b);
+  }
+  int cap_err = CM_OK;
+  cm_diag_t cap_diag;
+  bool any = false;
+  for (size_t i = first; i < m->npools; i++) {
+    cm__pool *p = m->pools[i];
+    if (i != first && !p->vt->accept(p, size)) continue;
+    any = true;
+    cm__slice *s = p->vt->try_reserve(p, size, eff);
+    if (s) return hand_out(m, p, s, size, out, diag);
+    cm_diag_t d2;
+    cm_diag_clear(&d2);
+    int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
+    if (rc == CM_OK) {
+      rc = hand_out(m, p, s, size, out, diag);
+      if (rc == CM_OK && LOG_ON(m, CM_LOG_FULL)) {
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "[%s], Allocated a new memory page, current usage: \n",
+                 m->name);
+        log_display(m, CM_LOG_FULL, prefix);
+      }
+      return rc;
+    }
+    if (rc == CM_ECAPACITY) {
+      if (cap_err == CM_OK) {
+        cap_err = rc;
+        cap_diag = d2;
+      }
+      warn_capacity(m, i, size);
+      continue;
+    }
+    if (cap_err != CM_OK) {
+      if (diag) *diag = cap_diag;
+      return cap_err;
+    }
+    if (diag) *diag = d2;
+    return rc;
+  }
+  if (cap_err != CM_OK) {
+    if (diag) *diag = cap_diag;
+    return cap_err;
+  }
+  (void)any;
+  return cm__diag_set(diag, CM_ETOOBIG,
+                      "no memory pool accepts an allocation of %" PRIu64
+                      " bytes (BufferTooBig); install a layout with a pool for this size",
+                      size);
+}
+
+/* ---- lookups ------------------------------------------------------------------- */
+
+static int lookup(cm_manager_t *m, cm_desc_t *d, cm__slice **out, cm_diag_t *diag) {
+  if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
+  if (!d) return cm__diag_set(diag, CM_EINVAL, "empty handle or binding");
+  if (!d->init) return cm__diag_set(diag, CM_ENOTFOUND, "Memory location was never initialized");
+  if (d->mgr != m)
+    return cm__diag_set(diag, CM_ENOTFOUND,
+                        "Memory location belongs to another memory manager");
+  if (!d->slice || d->slice->desc != d)
+    return cm__diag_set(diag, CM_ENOTFOUND, "Memory location points to a different allocation");
+  *out = d->slice;
+  return CM_OK;
+}
+
+int cm_manager_find(cm_manager_t *m, cm_binding_t b, cm_location_t *out, cm_diag_t *diag) {
+  cm__slice *s;
+  int rc = lookup(m, b.d, &s, diag);
+  if (rc) return rc;
+  if (out) {
+    memset(out, 0, sizeof *out);
+    pool_of(m, s)->vt->locate(pool_of(m, s), s, out);
+    out->pool = s->pool;
+    out->offset = s->offset;
+    out->init = true;
+  }
+  return CM_OK;
+}
+
+int cm_manager_get_cursor(cm_manager_t *m, cm_binding_t b, uint64_t *out, cm_diag_t *diag) {
+  cm__slice *s;
+  int rc = lookup(m, b.d, &s, diag);
+  if (rc) return rc;
+  if (out) *out = s->cursor;
+  return CM_OK;
+}
+
+int cm_manager_get_storage(cm_manager_t *m, cm_binding_t b, cm_storage_handle_t *out,
+                           cm_diag_t *diag) {
+  cm__slice *s;
+  int rc = lookup(m, b.d, &s, diag);
+  if (rc) return rc;
+  if (!s->mapped) {
+    cm__pool *p = pool_of(m, s);
+    rc = p->vt->materialize(p, s, diag);
+    if (rc) return rc;
+  }
+  if (out) *out = (cm_storage_handle_t){s->storage_id, s->offset, s->size};
+  return CM_OK;
+}
+
+int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_start,
+                            uint64_t offset_end, cm_resource_t *out, cm_diag_t *diag) {
+  cm_storage_handle_t h;
+  int rc = cm_manager_get_storage(m, b, &h, diag);
+  if (rc) return rc;
+  if (offset_start > h.size || offset_end > h.size - offset_start)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "offsets %" PRIu64 " + %" PRIu64 " exceed the allocation of %" PRIu64
+                        " bytes",
+                        offset_start, offset_end, h.size);
+  return cm_storage_get(m->storage, h.id, h.offset + offset_start,
+                        h.size - offset_start - offset_end, out, diag);
+}
+
+int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
+                    cm_diag_t *diag) {
+  cm_desc_t *d = reserved.d;
+  cm_desc_t *a = assigned.d;
+  cm__slice *s = NULL;
+  int rc = CM_OK;
+  if (!m || !a) rc = cm__diag_set(diag, CM_EINVAL, "bind needs a manager and an assigned handle");
+  else if (d && !d->init) rc = cm__diag_set(diag, CM_ENOTFOUND, "Reserved memory isn't initialized");
+  else rc = lookup(m, d, &s, diag);
+  if (rc == CM_OK && a != d && a->init)
+    rc = cm__diag_set(diag, CM_EINVAL, "the assigned handle is already bound to memory");
+  if (rc == CM_OK && a != d) {
+    /* The slice's identity becomes the assigned descriptor (spec §3.3); the
+     * reserved one turns stale. The pool's reference is the OWNED bit. */
+    cm__desc_detach(d);
+    cm__desc_attach(a, &m->inbox);
+    a->slice = s;
+    a->mgr = m;
+    a->init = true;
+    s->desc = a;
+  }
+  if (rc == CM_OK) {
+    s->cursor = cursor; /* every pool stores the cursor ([REC] for direct) */
+    if (s->pool == CM_PERSISTENT_POOL && m->capturing) touch(m, s, assigned);
+  }
+  cm_handle_release(reserved);
+  return rc;
+}
+
+/* ---- modes ----------------------------------------------------------------------- */
+
+static const char *mode_name(cm_alloc_mode_t md) {
+  return md == CM_MODE_PERSISTENT ? "Persistent" : "Auto";
+}
+
+void cm_manager_set_mode(cm_manager_t *m, cm_alloc_mode_t mode) {
+  if (!m) return;
+  if (m->pm == CM_PERSISTENT_DISABLED || m->pm == CM_PERSISTENT_ENFORCED) return;
+  if (mode == CM_MODE_PERSISTENT) m->windows++;
+  else if (m->windows > 0) m->windows--;
+  cm_alloc_mode_t now = m->windows > 0 ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+  cm_alloc_mode_t old = m->capturing ? m->restore_mode : m->mode;
+  if (LOG_ON(m, CM_LOG_BASIC))
+    cm_logger_printf(m->logger, CM_LOG_BASIC, "[%s] Setting memory allocation mode: from %s => %s",
+                     m->name, mode_name(old), mode_name(now));
+  if (m->capturing) m->restore_mode = now;
+  else m->mode = now;
+}
+
+cm_alloc_mode_t cm_manager_mode(const cm_manager_t *m) { return m ? m->mode : CM_MODE_AUTO; }
+
+/* ---- install_pools --------------------------------------------------------------- */
+
+int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools, size_t n,
+                             cm_diag_t *diag) {
+  if (!m || (!pools && n)) return cm__diag_set(diag, CM_EINVAL, "invalid arguments");
+  if (n == 0) return cm__diag_set(diag, CM_EINVAL, "the pool list is empty");
+  if (n > CM_MAX_DYNAMIC_POOLS)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "the pool list has %zu entries, exceeding the maximum of 254 dynamic pools",
+                        n);
+  cm_manager_cleanup(m, true);
+  uint64_t live = 0, bytes = 0;
+  for (size_t i = 0; i < m->npools; i++) {
+    live += m->pools[i]->usage.number_allocs;
+    bytes += m->pools[i]->usage.bytes_in_use;
+  }
+  if (live > 0)
+    return cm__diag_set(diag, CM_EBUSY,
+                        "the dynamic pools kept their layout: %" PRIu64
+                        " bytes are still live in them (%" PRIu64 " allocations)",
+                        bytes, live);
+  cm__pool *fresh[CM_MAX_DYNAMIC_POOLS];
+  int rc = build_pools(m, pools, n, fresh, diag);
+  if (rc) return rc;
+  for (size_t i = 0; i < m->npools; i++) m->pools[i]->vt->destroy(m->pools[i]);
+  memcpy(m->pools, fresh, n * sizeof fresh[0]);
+  m->npools = n;
+  update_periodic(m);
+  memset(m->capacity_warned, 0, sizeof m->capacity_warned);
+  cm_storage_flush(m->storage);
+  log_pools(m);
+  return CM_OK;
+}
+
+/* ---- capture ---------------------------------------------------------------------- */
+
+struct cm_pins {
+  size_t n;
+  cm_handle_t h[];
+};
+
+void cm_manager_capture_begin(cm_manager_t *m) {
+  if (!m) return;
+  if (!m->capturing) {
+    m->capturing = true;
+    m->priming = true;
+    m->restore_mode = m->mode;
+  }
+  m->mode = CM_MODE_PERSISTENT;
+}
+
+void cm_manager_capture_priming_end(cm_manager_t *m) {
+  if (!m || !m->capturing) return;
+  m->priming = false;
+  primed_release(m);
+}
+
+typedef struct retain_ctx {
+  cm_manager_t *m;
+  cm_pins_t *pins;
+  size_t cap;
+  int rc;
+} retain_ctx;
+
+static void count_touched(cm__slice *s, void *arg) {
+  if (s->touched) ((retain_ctx *)arg)->cap++;
+}
+
+static void retain_touched(cm__slice *s, void *arg) {
+  retain_ctx *c = arg;
+  if (!s->touched) return;
+  s->touched = 0;
+  if (c->rc != CM_OK || c->pins->n >= c->cap) return;
+  cm_handle_t h;
+  int rc = slice_handle(c->m, c->m->persistent, s, &h);
+  if (rc != CM_OK) {
+    c->rc = rc;
+    return;
+  }
+  c->pins->h[c->pins->n++] = h;
+}
+
+int cm_manager_capture_end(cm_manager_t *m, cm_pins_t **out) {
+  if (!out) return CM_EINVAL;
+  *out = NULL;
+  if (!m) return CM_EINVAL;
+  if (!m->capturing) return CM_OK;
+  cm__manager_drain(m);
+  retain_ctx c = {m, NULL, 0, CM_OK};
+  m->persistent->vt->for_each(m->persistent, count_touched, &c);
+  c.pins = malloc(sizeof(cm_pins_t) + c.cap * sizeof(cm_handle_t));
+  if (!c.pins) return CM_ENOMEM;
+  c.pins->n = 0;
+  m->persistent->vt->for_each(m->persistent, retain_touched, &c);
+  m->capturing = false;
+  m->priming = false;
+  m->mode = m->restore_mode;
+  primed_release(m);
+  *out = c.pins;
+  return c.rc;
+}
+
+size_t cm_pins_count(const cm_pins_t *p) { return p ? p->n : 0; }
+
+void cm_pins_release(cm_pins_t *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->n; i++) cm_handle_release(p->h[i]);
+  free(p);
+}
+
+void cm_manager_dry_run_begin(cm_manager_t *m) {
+  if (m) m->dry_runs++;
+}
+void cm_manager_dry_run_end(cm_manager_t *m) {
+  if (m && m->dry_runs) m->dry_runs--;
+}
+
+/* ---- statistics -------------------------------------------------------------------- */
+
+void cm_manager_usage(cm_manager_t *m, cm_usage_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!m) return;
+  cm__manager_drain(m);
+  for (size_t i = 0; i <= m->npools; i++) {
+    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+    out->number_allocs += p->usage.number_allocs;
+    out->bytes_in_use += p->usage.bytes_in_use;
+    out->bytes_padding += p->usage.bytes_padding;
+    out->bytes_reserved += p->usage.bytes_reserved;
+  }
+}
+
+size_t cm_manager_pool_count(const cm_manager_t *m) { return m ? m->npools : 0; }
+
+int cm_manager_pool_report(cm_manager_t *m, size_t index, cm_pool_report_t *out) {
+  if (!m || !out) return CM_EINVAL;
+  cm__pool *p;
+  if (index == CM_PERSISTENT_POOL) p = m->persistent;
+  else if (index < m->npools) p = m->pools[index];
+  else return CM_EINVAL;
+  cm__manager_drain(m);
+  memset(out, 0, sizeof *out);
+  out->options = p->opts;
+  out->usage = p->usage;
+  out->pages = p->pages;
+  out->pages_peak = p->pages_peak;
+  out->pages_unmapped = p->pages_unmapped;
+  out->largest_alloc = p->largest_alloc;
+  out->bytes_reserved_peak = p->reserved_peak;
+  return CM_OK;
+}
+
+uint64_t cm_manager_reserved_peak(const cm_manager_t *m) { return m ? m->reserved_peak : 0; }
+cm_storage_t *cm_manager_storage(cm_manager_t *m) { return m ? m->storage : NULL; }
+const char *cm_manager_name(const cm_manager_t *m) { return m ? m->name : ""; }
+uint64_t cm_manager_warnings(const cm_manager_t *m) { return m ? m->warnings : 0; }
+
+size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag) {
+  if (!m) return 1;
+  cm__manager_drain(m);
+  size_t bad = 0;
+  uint64_t total = 0;
+  for (size_t i = 0; i <= m->npools; i++) {
+    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+    size_t b = p->vt->check(p, diag);
+    if (b && diag && !diag->message[0])
+      cm__diag_set(diag, CM_ECORRUPT, "pool %zu (%s): %zu violations", i, p->vt->name, b);
+    bad += b;
+    total += p->usage.bytes_reserved;
+  }
+  if (total != m->reserved_total) {
+    bad++;
+    if (diag && !diag->message[0])
+      cm__diag_set(diag, CM_ECORRUPT, "M1: reserved total %" PRIu64 " != sum of pools %" PRIu64,
+                   m->reserved_total, total);
+  }
+  return bad;
+}

@@ -1,0 +1,1090 @@
+/*
+ * pool_arena.c - the arena pool (CM_POOL_ARENA), cubemem's default: one
+ * offset allocator over large storage regions, with physical memory mapped
+ * only where live data is.
+ *
+ * Regions. With a storage that has virtual memory (power-of-two granule G),
+ * a region is one reserved address range (auto: G * 2^17 bytes, 256 GiB for
+ * 2 MiB granules) whose granules are mapped on demand; reserved bytes are
+ * the mapped granules. Without VM support a region is a segment obtained with
+ * cm_storage_alloc (auto-sized, see seg_size) and counts whole. A request that
+ * fits no region opens a new one.
+ *
+ * Placement. Every region is tiled by blocks (used and free) linked in
+ * address order; free neighbours are merged at once. Free blocks sit in
+ * segregated lists: 60 power-of-two groups x 32 linear sub-bins (TLSF-style,
+ * two-level bitmaps). A request of span s scans the first entries of its own
+ * bin for the best fit (exact fits stop the scan), then takes the head of the
+ * next non-empty bin, and is carved from the low end of the block. Lists are
+ * LIFO, so placement depends only on the sequence of calls (deterministic).
+ *
+ * Mapping (VM regions). Per granule: `mapped` and `fm` (free and mapped)
+ * bits, and `cnt` = used blocks having the granule as their first or last
+ * granule. A used block owns its interior granules alone, so only boundary
+ * granules need counts: placing or freeing a block is O(1) counter updates
+ * plus word-wide bit operations over its range. try_reserve succeeds only
+ * when the chosen range is mapped already; otherwise alloc maps the missing
+ * runs (one call per run, extended up to `ext` granules ahead inside the same
+ * free block to batch growth). Hysteresis: before mapping, free mapped
+ * granules beyond a budget H are unmapped, highest addresses first, so the
+ * mapped total never grows while unused mapped memory sits elsewhere, yet a
+ * steady loop that fits in what is mapped calls the driver no more. The
+ * periodic cleanup unmaps free granules that stayed unused for a whole period
+ * (low-water of the free mapped count), the explicit cleanup everything free.
+ *
+ * Descriptors. Each block keeps its descriptor; a block merged away goes to a
+ * bounded spare list with its (unreferenced, owned) descriptor, and splits
+ * reuse spares, so the steady state allocates no host memory.
+ *
+ * Invariants (check()): blocks tile each region; no two adjacent free
+ * blocks; a free block is in the bin of its span; bitmaps match the lists;
+ * usage and reserved bytes equal their recomputation; fm == mapped & ~used,
+ * cnt matches the used blocks, mapped used blocks have every granule mapped.
+ *
+ * Exports: cm__pool_arena_new.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/manager_internal.h"
+#include "storage/storage_internal.h"
+
+#define SLB 3u
+#define SLN (1u << SLB)
+#define NFL (64u - SLB + 1u)
+#define NBINS (NFL * SLN)
+#define SCAN_LIMIT 8       /* entries of the request's own bin examined */
+#define SCAN_NEXT 1        /* entries of the next non-empty bin examined */
+#define ALT_LIMIT 64       /* blocks examined for an already mapped fit */
+#define KEEP_MIN 1         /* free mapped granules kept: KEEP_MIN + mapped >> KEEP_SHIFT */
+#define KEEP_SHIFT 8
+#define REGRET_WINDOW 4096 /* a trim undone within this many reservations raises the budget */
+#define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
+#define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
+#define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
+#define EXT_SHIFT 9        /* growth maps extend by up to mapped >> EXT_SHIFT granules */
+#define SPARE_MAX 4096     /* recycled block nodes kept */
+#define DEFAULT_PERIOD 5000 /* reservations between periodic trims */
+#define REGION_GRANULES (1ull << 17)
+#define SEG_MIN (2ull << 20)
+
+#define OUT(buf, cap, len, ...)                                                               \
+  do {                                                                                        \
+    int n__ = snprintf((len) < (cap) ? (buf) + (len) : NULL, (len) < (cap) ? (cap) - (len) : 0, \
+                       __VA_ARGS__);                                                          \
+    if (n__ > 0) (len) += (size_t)n__;                                                        \
+  } while (0)
+
+typedef struct ablk {
+  cm__slice s;                /* s.offset / s.span: the block's range in its region */
+  struct ablk *prev, *next;   /* address neighbours in the region */
+  struct ablk *fprev, *fnext; /* bin list while free; spare list link */
+  struct region *rg;          /* its region */
+  uint32_t region;            /* index of rg in arena.regs */
+  uint32_t bin;
+  uint8_t free;
+} ablk;
+
+typedef struct region {
+  uint64_t id, size;
+  ablk *first;
+  bool vm;
+  uint64_t idle_since; /* segment: alloc_nr when it became all free, 0 = in use */
+  /* VM only */
+  uint64_t ngran, nwords, mapped_gran, top; /* top: 1 + highest granule ever mapped */
+  uint64_t *mapped, *fm;
+  uint32_t *cnt;
+  uint32_t *trimmed; /* per granule: reservation count (low bits) when trimmed, 0 = never */
+} region;
+
+typedef struct arena {
+  cm__pool base;
+  cm_storage_t *st;
+  bool vm;
+  unsigned gshift;
+  uint64_t gran;
+  region **regs;
+  uint32_t nregs, capregs;
+  ablk *heads[NBINS];
+  uint64_t flmap;
+  uint32_t slmap[NFL];
+  ablk *spare;
+  size_t nspare;
+  uint64_t held;        /* bytes held: mapped granules + segments */
+  uint64_t free_mapped; /* VM: free mapped granules, all regions */
+  uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
+  uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
+  uint64_t period;
+  uint64_t alloc_nr;    /* last alloc_nr seen in cleanup */
+  uint32_t ops;         /* reservations seen (wraps), stamps trims */
+  uint64_t regret;      /* granules re-mapped soon after a trim: raises the budget */
+} arena;
+
+static arena *AR(cm__pool *p) { return (arena *)p; }
+static ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
+
+/* ---- bins -------------------------------------------------------------------- */
+
+static inline uint32_t bin_of(uint64_t size) {
+  if (size < SLN) return (uint32_t)size;
+  unsigned fl = 63u - (unsigned)__builtin_clzll(size);
+  uint32_t sl = (uint32_t)(size >> (fl - SLB)) - SLN;
+  return (fl - SLB + 1u) * SLN + sl;
+}
+
+static inline void bin_insert_at(arena *a, ablk *b, uint32_t i) {
+  b->bin = i;
+  b->free = 1;
+  b->fprev = NULL;
+  b->fnext = a->heads[i];
+  if (b->fnext) b->fnext->fprev = b;
+  a->heads[i] = b;
+  a->slmap[i / SLN] |= 1u << (i % SLN);
+  a->flmap |= 1ull << (i / SLN);
+}
+
+static inline void bin_insert(arena *a, ablk *b) { bin_insert_at(a, b, bin_of(b->s.span)); }
+
+static inline void bin_remove(arena *a, ablk *b) {
+  uint32_t i = b->bin;
+  if (b->fprev) b->fprev->fnext = b->fnext;
+  else a->heads[i] = b->fnext;
+  if (b->fnext) b->fnext->fprev = b->fprev;
+  if (!a->heads[i]) {
+    a->slmap[i / SLN] &= ~(1u << (i % SLN));
+    if (!a->slmap[i / SLN]) a->flmap &= ~(1ull << (i / SLN));
+  }
+  b->free = 0;
+}
+
+/* A free block's span changed: move it if its bin did. */
+static inline void rebin(arena *a, ablk *b) {
+  uint32_t i = bin_of(b->s.span);
+  if (i == b->bin) return;
+  bin_remove(a, b);
+  bin_insert_at(a, b, i);
+}
+
+/* Better of two candidate blocks: smaller span, then lower region/offset. */
+static inline bool better(const ablk *x, const ablk *best) {
+  if (!best) return true;
+  if (x->s.span != best->s.span) return x->s.span < best->s.span;
+  if (x->region != best->region) return x->region < best->region;
+  return x->s.offset < best->s.offset;
+}
+
+/* Best fit for span s: scan the own bin, then the next non-empty bin. */
+static inline __attribute__((always_inline)) ablk *find_fit(arena *a, uint64_t s) {
+  uint32_t i = bin_of(s);
+  ablk *best = NULL;
+  int n = 0;
+  for (ablk *b = a->heads[i]; b && n < SCAN_LIMIT; b = b->fnext, n++) {
+    if (b->s.span == s) return b;
+    if (b->s.span > s && better(b, best)) best = b;
+  }
+  if (best) return best;
+  uint32_t g = i / SLN, sl = i % SLN;
+  uint32_t m = sl + 1 < SLN ? a->slmap[g] & (~0u << (sl + 1)) : 0;
+  if (!m) {
+    uint64_t fm = g + 1 < 64 ? a->flmap & (~0ull << (g + 1)) : 0;
+    if (!fm) return NULL;
+    g = (uint32_t)__builtin_ctzll(fm);
+    m = a->slmap[g];
+  }
+  n = 0;
+  for (ablk *b = a->heads[g * SLN + (uint32_t)__builtin_ctz(m)]; b && n < SCAN_NEXT; b = b->fnext, n++)
+    if (better(b, best)) best = b;
+  return best;
+}
+
+/* ---- bitmaps --------------------------------------------------------------------- */
+
+/* Mask of bits [lo, hi] inside word w (bit indices absolute). */
+static inline uint64_t wmask(uint64_t w, uint64_t lo, uint64_t hi) {
+  uint64_t b0 = w * 64, m = ~0ull;
+  if (lo > b0) m &= ~0ull << (lo - b0);
+  if (hi < b0 + 63) m &= ~0ull >> (63 - (hi - b0));
+  return m;
+}
+
+static inline bool bits_all(const uint64_t *bm, uint64_t lo, uint64_t hi) {
+  if (__builtin_expect(lo / 64 == hi / 64, 1)) {
+    uint64_t m = (~0ull << (lo % 64)) & (~0ull >> (63 - hi % 64));
+    return (bm[lo / 64] & m) == m;
+  }
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t m = wmask(w, lo, hi);
+    if ((bm[w] & m) != m) return false;
+  }
+  return true;
+}
+
+/* Clear bits [lo, hi]; return how many were set. */
+static uint64_t bits_clear(uint64_t *bm, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t m = wmask(w, lo, hi);
+    n += (uint64_t)__builtin_popcountll(bm[w] & m);
+    bm[w] &= ~m;
+  }
+  return n;
+}
+
+/* dst |= src over [lo, hi]; return how many dst bits became set. */
+static uint64_t bits_or(uint64_t *dst, const uint64_t *src, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t add = src[w] & ~dst[w] & wmask(w, lo, hi);
+    n += (uint64_t)__builtin_popcountll(add);
+    dst[w] |= add;
+  }
+  return n;
+}
+
+static inline bool bit(const uint64_t *bm, uint64_t i) { return (bm[i / 64] >> (i % 64)) & 1; }
+static inline void bit_set(uint64_t *bm, uint64_t i) { bm[i / 64] |= 1ull << (i % 64); }
+static inline void bit_clr(uint64_t *bm, uint64_t i) { bm[i / 64] &= ~(1ull << (i % 64)); }
+
+/* ---- granule accounting (VM regions) ---------------------------------------------- */
+
+/* Block [off, off+len) of r becomes used. */
+static inline __attribute__((always_inline)) void used_add(arena *a, region *r, uint64_t off, uint64_t len) {
+  uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  if (__builtin_expect(g0 == g1, 1)) {
+    if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
+      bit_clr(r->fm, g0);
+      if (--a->free_mapped < a->low_free) a->low_free = a->free_mapped;
+    }
+    return;
+  }
+  if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
+    bit_clr(r->fm, g0);
+    a->free_mapped--;
+  }
+  if (g1 != g0 && r->cnt[g1]++ == 0 && bit(r->fm, g1)) {
+    bit_clr(r->fm, g1);
+    a->free_mapped--;
+  }
+  if (g1 > g0 + 1) a->free_mapped -= bits_clear(r->fm, g0 + 1, g1 - 1);
+  if (a->free_mapped < a->low_free) a->low_free = a->free_mapped;
+}
+
+/* Block [off, off+len) of r becomes free (before merging). */
+static inline __attribute__((always_inline)) void used_remove(arena *a, region *r, uint64_t off, uint64_t len) {
+  uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  if (__builtin_expect(g0 == g1, 1)) {
+    if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
+      bit_set(r->fm, g0);
+      a->free_mapped++;
+    }
+    return;
+  }
+  if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
+    bit_set(r->fm, g0);
+    a->free_mapped++;
+  }
+  if (g1 != g0 && --r->cnt[g1] == 0 && bit(r->mapped, g1)) {
+    bit_set(r->fm, g1);
+    a->free_mapped++;
+  }
+  if (g1 > g0 + 1) a->free_mapped += bits_or(r->fm, r->mapped, g0 + 1, g1 - 1);
+}
+
+static bool range_mapped(arena *a, region *r, uint64_t off, uint64_t len) {
+  return bits_all(r->mapped, off >> a->gshift, (off + len - 1) >> a->gshift);
+}
+
+/* Unmap granules [lo, hi] of r (all free and mapped). */
+static void unmap_run(arena *a, region *r, uint64_t lo, uint64_t hi) {
+  uint64_t n = hi - lo + 1;
+  cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, n << a->gshift);
+  uint32_t stamp = a->ops ? a->ops : 1;
+  for (uint64_t g = lo; g <= hi; g++) r->trimmed[g] = stamp;
+  bits_clear(r->mapped, lo, hi);
+  bits_clear(r->fm, lo, hi);
+  r->mapped_gran -= n;
+  a->free_mapped -= n;
+  a->held -= n << a->gshift;
+  cm__pool_reserved_add(&a->base, -(int64_t)(n << a->gshift));
+}
+
+/* Unmap up to `want` free mapped granules, highest addresses first, skipping
+ * granules [ex_lo, ex_hi] of region ex. Returns how many were unmapped. */
+static uint64_t trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
+  uint64_t done = 0;
+  for (uint32_t ri = a->nregs; ri-- > 0 && done < want;) {
+    region *r = a->regs[ri];
+    if (!r || !r->vm || !r->mapped_gran) continue;
+    uint64_t g = r->top;
+    while (g > 0 && done < want) {
+      /* find the highest fm bit below g */
+      uint64_t w = (g - 1) / 64;
+      uint64_t bits = r->fm[w] & (((g - 1) % 64 == 63) ? ~0ull : ((1ull << ((g - 1) % 64 + 1)) - 1));
+      while (!bits && w > 0) bits = r->fm[--w];
+      if (!bits) break;
+      uint64_t hi = w * 64 + 63 - (uint64_t)__builtin_clzll(bits);
+      if (r == ex && hi >= ex_lo && hi <= ex_hi) {
+        g = ex_lo;
+        continue;
+      }
+      uint64_t lo = hi;
+      uint64_t floor_ = (r == ex && hi > ex_hi) ? ex_hi + 1 : 0;
+      while (lo > floor_ && done + (hi - lo + 1) < want && bit(r->fm, lo - 1)) lo--;
+      unmap_run(a, r, lo, hi);
+      done += hi - lo + 1;
+      g = lo;
+    }
+    if (r->mapped_gran == 0) r->top = 0;
+  }
+  return done;
+}
+
+/* Map every unmapped granule of [lo, hi] in r, one call per run. `covered`:
+ * the range lies inside a used block (else the new granules are free until
+ * the caller places a block). On failure every run mapped here is unmapped
+ * again and nothing changes. */
+static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered,
+                     cm_diag_t *diag) {
+  uint64_t regret = 0;
+  for (uint64_t g = lo; g <= hi;) {
+    if (bit(r->mapped, g)) {
+      g++;
+      continue;
+    }
+    uint64_t e = g;
+    while (e < hi && !bit(r->mapped, e + 1)) e++;
+    int rc = cm__storage_vm_map(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift, diag);
+    if (rc != CM_OK) {
+      for (uint64_t x = lo; x < g;) { /* bits are unchanged: undo the runs before g */
+        if (bit(r->mapped, x)) {
+          x++;
+          continue;
+        }
+        uint64_t y = x;
+        while (y + 1 < g && !bit(r->mapped, y + 1)) y++;
+        cm__storage_vm_unmap(a->st, r->id, x << a->gshift, (y - x + 1) << a->gshift);
+        x = y + 1;
+      }
+      return rc;
+    }
+    g = e + 1;
+  }
+  uint64_t n = 0;
+  for (uint64_t g = lo; g <= hi; g++) {
+    if (bit(r->mapped, g)) continue;
+    bit_set(r->mapped, g);
+    n++;
+    if (r->trimmed[g] && (uint32_t)(a->ops - r->trimmed[g]) <= REGRET_WINDOW) regret++;
+    if (!covered && r->cnt[g] == 0) {
+      bit_set(r->fm, g);
+      a->free_mapped++;
+    }
+  }
+  r->mapped_gran += n;
+  /* feedback: re-mapping what was just trimmed raises the budget, a map
+   * without regret lets it decay */
+  if (regret) {
+    a->regret += (regret + 1) >> REGRET_GAIN;
+    uint64_t cap = (a->held >> a->gshift) >> REGRET_CAP;
+    if (a->regret > cap) a->regret = cap;
+  } else {
+    a->regret -= a->regret >> REGRET_DECAY;
+  }
+  if (hi + 1 > r->top) r->top = hi + 1;
+  a->held += n << a->gshift;
+  cm__pool_reserved_add(&a->base, (int64_t)(n << a->gshift));
+  return CM_OK;
+}
+
+static uint64_t unmapped_in(const region *r, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    n += (uint64_t)__builtin_popcountll(~r->mapped[w] & wmask(w, lo, hi));
+  return n;
+}
+
+static uint64_t fm_in(const region *r, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    n += (uint64_t)__builtin_popcountll(r->fm[w] & wmask(w, lo, hi));
+  return n;
+}
+
+/* ---- nodes ------------------------------------------------------------------------ */
+
+static __attribute__((noinline, cold)) ablk *node_new(arena *a) {
+  ablk *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  if (!cm__slice_new_desc(&a->base, &n->s)) {
+    free(n);
+    return NULL;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) ablk *node_get(arena *a) {
+  ablk *n = a->spare;
+  if (__builtin_expect(n != NULL, 1)) {
+    a->spare = n->fnext;
+    a->nspare--;
+    n->s.size = n->s.padding = n->s.cursor = 0;
+    n->s.page = n->s.index = 0;
+    n->s.used = n->s.touched = 0;
+  } else {
+    n = node_new(a);
+    if (!n) return NULL;
+  }
+  n->s.pool = a->base.position;
+  n->s.mapped = 1;
+  return n;
+}
+
+static void node_drop(ablk *n) {
+  if (n->s.desc) cm__desc_detach(n->s.desc);
+  free(n);
+}
+
+static inline __attribute__((always_inline)) void node_put(arena *a, ablk *n) {
+  if (a->nspare >= SPARE_MAX || !n->s.desc || n->s.desc->slice != &n->s) {
+    node_drop(n);
+    return;
+  }
+  n->fnext = a->spare;
+  a->spare = n;
+  a->nspare++;
+}
+
+/* ---- regions ---------------------------------------------------------------------- */
+
+static uint64_t span_of(const arena *a, uint64_t eff) {
+  uint64_t al = a->base.alignment;
+  return eff < al ? al : eff;
+}
+
+static int region_slot(arena *a, uint32_t *out) {
+  for (uint32_t i = 0; i < a->nregs; i++)
+    if (!a->regs[i]) {
+      *out = i;
+      return CM_OK;
+    }
+  if (a->nregs == a->capregs) {
+    uint32_t nc = a->capregs ? a->capregs * 2 : 4;
+    region **nv = realloc(a->regs, nc * sizeof *nv);
+    if (!nv) return CM_ENOMEM;
+    a->regs = nv;
+    a->capregs = nc;
+  }
+  a->regs[a->nregs] = NULL;
+  *out = a->nregs++;
+  return CM_OK;
+}
+
+static void region_free_mem(region *r) {
+  free(r->mapped);
+  free(r->fm);
+  free(r->cnt);
+  free(r->trimmed);
+  free(r);
+}
+
+/* Segment size for a request of span s (no VM). */
+static uint64_t seg_size(const arena *a, uint64_t s) {
+  uint64_t want = a->base.opts.page_size;
+  if (!want) {
+    want = a->held / 4;
+    if (want < SEG_MIN) want = SEG_MIN;
+    if (want > (1ull << 30)) want = 1ull << 30;
+    uint64_t r;
+    if (cm__round_up(want, SEG_MIN, &r)) want = r;
+  }
+  if (want < s) want = s;
+  uint64_t r;
+  return cm__round_up(want, a->base.alignment, &r) ? r : s;
+}
+
+static bool capped(const arena *a) { return a->base.opts.has_max_pool_size; }
+
+static int cap_error(arena *a, uint64_t size, cm_diag_t *diag) {
+  return cm__diag_set(diag, CM_ECAPACITY,
+                      "arena pool %u is at capacity: %" PRIu64 " bytes requested, %" PRIu64
+                      " of %" PRIu64 " bytes reserved, %" PRIu64 " in use (PoolCapacityExceeded)",
+                      (unsigned)a->base.position, size, a->held, a->base.opts.max_pool_size,
+                      a->base.usage.bytes_in_use);
+}
+
+/* Release region ri, which holds a single free block and no mapping. */
+static void region_release(arena *a, uint32_t ri) {
+  region *r = a->regs[ri];
+  ablk *b = r->first;
+  bin_remove(a, b);
+  node_put(a, b);
+  if (r->vm) {
+    cm__storage_vm_release(a->st, r->id, r->size);
+  } else {
+    cm_storage_dealloc(a->st, r->id, r->size);
+    a->held -= r->size;
+    cm__pool_reserved_add(&a->base, -(int64_t)r->size);
+  }
+  cm__pool_pages_add(&a->base, -1);
+  region_free_mem(r);
+  a->regs[ri] = NULL;
+  while (a->nregs && !a->regs[a->nregs - 1]) a->nregs--;
+}
+
+static bool region_idle(const region *r) { return r->first->free && !r->first->next; }
+
+/* Open a region able to hold span s; its single free block goes to the bins. */
+static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *diag) {
+  uint32_t ri;
+  if (region_slot(a, &ri) != CM_OK) return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  region *r = calloc(1, sizeof *r);
+  ablk *b = node_get(a);
+  if (!r || !b) {
+    free(r);
+    if (b) node_put(a, b);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  }
+  (void)lazy;
+  int rc = CM_OK;
+  if (a->vm) {
+    uint64_t size = a->base.opts.page_size ? a->base.opts.page_size : a->gran * REGION_GRANULES;
+    if (size < s) size = s;
+    if (!cm__round_up(size, a->gran, &size)) {
+      rc = cm__diag_set(diag, CM_ETOOBIG, "an allocation of %" PRIu64 " bytes is too large", s);
+      goto fail;
+    }
+    r->vm = true;
+    r->ngran = size >> a->gshift;
+    r->nwords = (r->ngran + 63) / 64;
+    r->mapped = calloc(r->nwords, sizeof(uint64_t));
+    r->fm = calloc(r->nwords, sizeof(uint64_t));
+    r->cnt = calloc(r->ngran, sizeof(uint32_t));
+    r->trimmed = calloc(r->ngran, sizeof(uint32_t));
+    if (!r->mapped || !r->fm || !r->cnt || !r->trimmed) {
+      rc = cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+      goto fail;
+    }
+    rc = cm__storage_vm_reserve(a->st, size, &r->id, diag);
+    if (rc != CM_OK) goto fail;
+    r->size = size;
+  } else {
+    uint64_t size = seg_size(a, s);
+    if (capped(a) && (size > a->base.opts.max_pool_size ||
+                      a->held > a->base.opts.max_pool_size - size)) {
+      size = s; /* exact fit may still pass the cap */
+      if (size > a->base.opts.max_pool_size || a->held > a->base.opts.max_pool_size - size) {
+        rc = cap_error(a, s, diag);
+        goto fail;
+      }
+    }
+    rc = cm_storage_alloc(a->st, size, &r->id, diag);
+    if (rc != CM_OK) goto fail;
+    r->size = size;
+    a->held += size;
+    cm__pool_reserved_add(&a->base, (int64_t)size);
+  }
+  b->s.storage_id = r->id;
+  b->s.offset = 0;
+  b->s.span = r->size;
+  b->region = ri;
+  b->rg = r;
+  b->prev = b->next = NULL;
+  r->first = b;
+  a->regs[ri] = r;
+  cm__pool_pages_add(&a->base, 1);
+  bin_insert(a, b);
+  *out = b;
+  return CM_OK;
+fail:
+  node_put(a, b);
+  region_free_mem(r);
+  if (ri + 1 == a->nregs) a->nregs--;
+  return rc;
+}
+
+/* ---- placement ---------------------------------------------------------------------- */
+
+/* Carve span s from the low end of free block b (in the bins). The used part
+ * gets a (recycled) node; the free rest keeps b's node and its bin position
+ * when its bin does not change. */
+static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (u) {
+    u->s.storage_id = b->s.storage_id;
+    u->s.offset = b->s.offset;
+    u->s.span = s;
+    u->region = b->region;
+    u->rg = b->rg;
+    u->free = 0;
+    u->prev = b->prev;
+    u->next = b;
+    if (b->prev) b->prev->next = u;
+    else r->first = u;
+    b->prev = u;
+    b->s.offset += s;
+    b->s.span -= s;
+    rebin(a, b);
+  } else { /* exact fit, or host OOM: the whole block is handed out */
+    bin_remove(a, b);
+    u = b;
+  }
+  if (r->vm) used_add(a, r, u->s.offset, u->s.span);
+  else r->idle_since = 0;
+  u->s.mapped = 1;
+  return u;
+}
+
+static inline void unlink_blk(region *r, ablk *x) {
+  if (x->prev) x->prev->next = x->next;
+  else r->first = x->next;
+  if (x->next) x->next->prev = x->prev;
+}
+
+/* A fit whose low end is mapped already: scan up to `limit` blocks of span
+ * >= s, bins upward; smallest such block wins. NULL if none was seen. */
+static ablk *find_mapped_fit(arena *a, uint64_t s, int limit) {
+  uint32_t i = bin_of(s);
+  ablk *best = NULL;
+  int n = 0;
+  while (n < limit) {
+    for (ablk *b = a->heads[i]; b && n < limit; b = b->fnext, n++) {
+      if (b->s.span < s || (best && !better(b, best))) continue;
+      region *r = b->rg;
+      if (!r->vm || range_mapped(a, r, b->s.offset, s)) best = b;
+    }
+    if (best) return best;
+    /* next non-empty bin above i */
+    uint32_t g = i / SLN, sl = i % SLN;
+    uint32_t m = sl + 1 < SLN ? a->slmap[g] & (~0u << (sl + 1)) : 0;
+    if (!m) {
+      uint64_t fm = g + 1 < 64 ? a->flmap & (~0ull << (g + 1)) : 0;
+      if (!fm) return NULL;
+      g = (uint32_t)__builtin_ctzll(fm);
+      m = a->slmap[g];
+    }
+    i = g * SLN + (uint32_t)__builtin_ctz(m);
+  }
+  return NULL;
+}
+
+static bool accept(const cm__pool *p, uint64_t size) {
+  return p->opts.max_alloc_size == 0 || size <= p->opts.max_alloc_size;
+}
+
+static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
+  arena *a = AR(p);
+  (void)size;
+  a->ops++;
+  uint64_t s = span_of(a, eff);
+  ablk *b = find_fit(a, s);
+  if (!b) return NULL;
+  region *r = b->rg;
+  if (r->vm && !range_mapped(a, r, b->s.offset, s)) {
+    if (!(b = find_mapped_fit(a, s, ALT_LIMIT))) return NULL;
+  }
+  return &place(a, b, s)->s;
+}
+
+/* Hysteresis budget: free mapped granules kept for reuse. */
+static uint64_t keep_budget(const arena *a) { return KEEP_MIN + ((a->held >> a->gshift) >> KEEP_SHIFT) + a->regret; }
+
+/* Would adding `add` bytes exceed the cap? */
+static bool over_cap(const arena *a, uint64_t add) {
+  uint64_t cap = a->base.opts.max_pool_size;
+  return capped(a) && (add > cap || a->held > cap - add);
+}
+
+/* Map what placing span s at the low end of free block b needs. */
+static int map_for(arena *a, ablk *b, uint64_t s, cm_diag_t *diag) {
+  region *r = b->rg;
+  uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + s - 1) >> a->gshift;
+  if (bits_all(r->mapped, g0, g1)) return CM_OK;
+  /* growth batching: extend over unmapped granules wholly inside this free block */
+  uint64_t ext_max = (a->held >> a->gshift) >> EXT_SHIFT;
+  uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
+  uint64_t hi = g1;
+  while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  /* free mapped granules that stay free after the placement, beyond the budget, go first */
+  uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
+  uint64_t budget = keep_budget(a);
+  if (fm_out + (hi - g1) > budget) trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
+  uint64_t need = unmapped_in(r, g0, g1);
+  if (over_cap(a, (need + hi - g1) << a->gshift)) {
+    hi = g1;
+    if (over_cap(a, need << a->gshift)) trim(a, UINT64_MAX, r, g0, g1);
+    if (over_cap(a, need << a->gshift)) return cap_error(a, s, diag);
+  }
+  return map_range(a, r, g0, hi, false, diag);
+}
+
+static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
+                 cm_diag_t *diag) {
+  arena *a = AR(p);
+  uint64_t s = span_of(a, eff);
+  ablk *b = find_fit(a, s);
+  if (!b) {
+    if (!a->vm) {
+      /* segments that are entirely free cannot serve s: give them back first */
+      for (uint32_t i = a->nregs; i-- > 0;)
+        if (a->regs[i] && region_idle(a->regs[i])) region_release(a, i);
+    }
+    int rc = region_open(a, s, lazy, &b, diag);
+    if (rc != CM_OK) return rc;
+  }
+  region *r = b->rg;
+  if (r->vm && !lazy) {
+    int rc = map_for(a, b, s, diag);
+    if (rc != CM_OK) {
+      if (region_idle(r) && r->mapped_gran == 0 && r->first == b && b->s.span == r->size)
+        region_release(a, b->region); /* a region opened for this call */
+      return rc;
+    }
+  }
+  ablk *u = place(a, b, s);
+  if (r->vm && lazy && !range_mapped(a, r, u->s.offset, u->s.span)) {
+    u->s.mapped = 0;
+    p->pages_unmapped++;
+  }
+  (void)size;
+  *out = &u->s;
+  return CM_OK;
+}
+
+static void on_free(cm__pool *p, cm__slice *sl) {
+  arena *a = AR(p);
+  ablk *b = BLK(sl);
+  region *r = b->rg;
+  if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;
+  if (r->vm) used_remove(a, r, b->s.offset, b->s.span);
+  b->s.mapped = 1;
+  ablk *pv = b->prev, *nx = b->next;
+  ablk *keep; /* the free block that survives */
+  if (nx && nx->free) {
+    keep = nx;
+    nx->s.offset = b->s.offset;
+    nx->s.span += b->s.span;
+    unlink_blk(r, b);
+    node_put(a, b);
+    if (pv && pv->free) {
+      bin_remove(a, pv);
+      nx->s.offset = pv->s.offset;
+      nx->s.span += pv->s.span;
+      unlink_blk(r, pv);
+      node_put(a, pv);
+    }
+    rebin(a, nx);
+  } else if (pv && pv->free) {
+    keep = pv;
+    pv->s.span += b->s.span;
+    unlink_blk(r, b);
+    node_put(a, b);
+    rebin(a, pv);
+  } else {
+    keep = b;
+    bin_insert(a, b);
+  }
+  if (!r->vm && !keep->prev && !keep->next) r->idle_since = a->alloc_nr ? a->alloc_nr : 1;
+}
+
+static void take_free(cm__pool *p, cm__slice *sl) {
+  arena *a = AR(p);
+  ablk *b = BLK(sl);
+  if (!b->free) return;
+  bin_remove(a, b);
+  region *r = b->rg;
+  if (r->vm) {
+    used_add(a, r, b->s.offset, b->s.span);
+    if (!range_mapped(a, r, b->s.offset, b->s.span)) {
+      uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+      if (map_range(a, r, g0, g1, true, NULL) != CM_OK) {
+        b->s.mapped = 0;
+        p->pages_unmapped++;
+      }
+    }
+  } else {
+    r->idle_since = 0;
+  }
+}
+
+static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
+                                                  bool explicit_cleanup, uint64_t serving) {
+  if (a->vm) {
+    if (explicit_cleanup) {
+      trim(a, UINT64_MAX, NULL, 1, 0);
+    } else {
+      uint64_t budget = keep_budget(a);
+      if (a->low_free > budget) trim(a, a->low_free - budget, NULL, 1, 0);
+    }
+  }
+  for (uint32_t i = a->nregs; i-- > 0;) {
+    region *r = a->regs[i];
+    if (!r || !region_idle(r)) continue;
+    if (r->vm) {
+      if (explicit_cleanup && r->mapped_gran == 0) region_release(a, i);
+    } else if (explicit_cleanup || (r->idle_since && r->idle_since <= a->last_trim &&
+                                    (serving == UINT64_MAX || r->size < serving))) {
+      region_release(a, i);
+    }
+  }
+  if (!explicit_cleanup) a->last_trim = alloc_nr;
+  a->low_free = a->free_mapped;
+}
+
+static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
+  arena *a = AR(p);
+  a->alloc_nr = alloc_nr;
+  if (explicit_cleanup || alloc_nr - a->last_trim >= a->period)
+    cleanup_slow(a, alloc_nr, explicit_cleanup, serving);
+}
+
+static int materialize(cm__pool *p, cm__slice *sl, cm_diag_t *diag) {
+  arena *a = AR(p);
+  ablk *b = BLK(sl);
+  if (b->s.mapped) return CM_OK;
+  region *r = b->rg;
+  uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+  uint64_t add = unmapped_in(r, g0, g1) << a->gshift;
+  if (over_cap(a, add)) trim(a, UINT64_MAX, r, g0, g1);
+  int rc = over_cap(a, add) ? cap_error(a, b->s.span, diag) : map_range(a, r, g0, g1, true, diag);
+  if (rc != CM_OK)
+    return cm__diag_set(diag, CM_EMAPPING, "cannot map %" PRIu64 " bytes for a lazily reserved "
+                        "slice (StorageMappingFailed): %s", b->s.span, cm_strerror(rc));
+  b->s.mapped = 1;
+  p->pages_unmapped--;
+  return CM_OK;
+}
+
+static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
+  (void)p;
+  out->page = BLK((cm__slice *)s)->region;
+  out->slice = 0;
+}
+
+/* ---- check ------------------------------------------------------------------------- */
+
+#define BAD(...)                                                          \
+  do {                                                                    \
+    if (bad++ == 0 && diag && !diag->message[0])                          \
+      cm__diag_set(diag, CM_ECORRUPT, "arena pool: " __VA_ARGS__);        \
+  } while (0)
+
+static size_t check(cm__pool *p, cm_diag_t *diag) {
+  arena *a = AR(p);
+  size_t bad = 0;
+  cm_usage_t u = {0};
+  uint64_t held = 0, nfree = 0, fmapped = 0, unmapped_used = 0, regions = 0;
+  for (uint32_t ri = 0; ri < a->nregs; ri++) {
+    region *r = a->regs[ri];
+    if (!r) continue;
+    regions++;
+    uint32_t *cnt = NULL;
+    uint64_t *cover = NULL;
+    if (r->vm) {
+      cnt = calloc(r->ngran, sizeof *cnt);
+      cover = calloc(r->nwords, sizeof *cover);
+      if (!cnt || !cover) {
+        free(cnt);
+        free(cover);
+        return bad;
+      }
+    }
+    uint64_t off = 0;
+    ablk *prev = NULL;
+    for (ablk *b = r->first; b; prev = b, b = b->next) {
+      if (b->prev != prev) BAD("broken address links in region %u", ri);
+      if (b->region != ri) BAD("block in region %u says region %u", ri, b->region);
+      if (b->s.offset != off) BAD("gap or overlap at offset %" PRIu64 " in region %u", off, ri);
+      if (b->s.storage_id != r->id) BAD("block storage id differs from its region");
+      if (b->s.span == 0) BAD("empty block");
+      if (!b->s.desc || b->s.desc->slice != &b->s) BAD("descriptor does not point at its block");
+      off = b->s.offset + b->s.span;
+      if (b->free) {
+        nfree++;
+        if (b->s.used) BAD("free block marked used");
+        if (prev && prev->free) BAD("two adjacent free blocks at %" PRIu64, b->s.offset);
+        if (b->bin != bin_of(b->s.span)) BAD("free block in the wrong bin");
+      } else if (!b->s.used) {
+        BAD("block neither free nor used");
+      } else {
+        u.number_allocs++;
+        u.bytes_in_use += b->s.size;
+        u.bytes_padding += b->s.padding;
+        if (b->s.size + b->s.padding > b->s.span) BAD("slice larger than its block");
+        if (!b->s.mapped) unmapped_used++;
+        if (r->vm) {
+          uint64_t g0 = b->s.offset >> a->gshift, g1 = (off - 1) >> a->gshift;
+          cnt[g0]++;
+          if (g1 != g0) cnt[g1]++;
+          for (uint64_t g = g0; g <= g1; g++) cover[g / 64] |= 1ull << (g % 64);
+          if (b->s.mapped && !bits_all(r->mapped, g0, g1)) BAD("used block not mapped");
+        }
+      }
+    }
+    if (off != r->size) BAD("blocks cover %" PRIu64 " of %" PRIu64 " bytes", off, r->size);
+    if (r->vm) {
+      uint64_t mg = 0;
+      for (uint64_t g = 0; g < r->ngran; g++) {
+        bool m = bit(r->mapped, g), c = (cover[g / 64] >> (g % 64)) & 1;
+        mg += m;
+        if (bit(r->fm, g) != (m && !c)) BAD("fm bit of granule %" PRIu64 " wrong", g);
+        fmapped += bit(r->fm, g);
+        if (cnt[g] != r->cnt[g]) BAD("granule %" PRIu64 " count %u, expected %u", g, r->cnt[g],
+                                     cnt[g]);
+        if (m && g >= r->top) BAD("mapped granule above top");
+      }
+      if (mg != r->mapped_gran) BAD("mapped granule count");
+      held += mg << a->gshift;
+    } else {
+      held += r->size;
+    }
+    free(cnt);
+    free(cover);
+  }
+  uint64_t inbins = 0;
+  for (uint32_t i = 0; i < NBINS; i++) {
+    bool has = a->heads[i] != NULL;
+    if (has != (((a->slmap[i / SLN] >> (i % SLN)) & 1) != 0)) BAD("bin bitmap mismatch");
+    for (ablk *b = a->heads[i]; b; b = b->fnext) {
+      inbins++;
+      if (!b->free || b->bin != i) BAD("bin list holds a wrong block");
+      if (b->fnext && b->fnext->fprev != b) BAD("broken bin links");
+    }
+  }
+  for (uint32_t g = 0; g < NFL; g++)
+    if (((a->flmap >> g) & 1) != (a->slmap[g] != 0)) BAD("first-level bitmap mismatch");
+  if (inbins != nfree) BAD("%" PRIu64 " free blocks, %" PRIu64 " in bins", nfree, inbins);
+  if (fmapped != a->free_mapped) BAD("free mapped %" PRIu64 ", counted %" PRIu64, a->free_mapped,
+                                     fmapped);
+  if (held != a->held) BAD("held %" PRIu64 ", recomputed %" PRIu64, a->held, held);
+  if (held != p->usage.bytes_reserved) BAD("bytes_reserved %" PRIu64 ", recomputed %" PRIu64,
+                                           p->usage.bytes_reserved, held);
+  if (u.number_allocs != p->usage.number_allocs || u.bytes_in_use != p->usage.bytes_in_use ||
+      u.bytes_padding != p->usage.bytes_padding)
+    BAD("usage differs from the blocks (%" PRIu64 " allocs, %" PRIu64 " bytes)", u.number_allocs,
+        u.bytes_in_use);
+  if (unmapped_used != p->pages_unmapped) BAD("pages_unmapped mismatch");
+  if (regions != p->pages) BAD("pages %" PRIu64 ", regions %" PRIu64, p->pages, regions);
+  return bad;
+}
+
+static size_t display(cm__pool *p, char *buf, size_t cap) {
+  arena *a = AR(p);
+  size_t len = 0;
+  if (p->pages == 0) return 0;
+  char b1[32], b2[32];
+  OUT(buf, cap, len, " - Arena Pool %s", a->vm ? "vm" : "segments");
+  if (p->opts.max_alloc_size) OUT(buf, cap, len, " max_alloc_size=%" PRIu64, p->opts.max_alloc_size);
+  if (p->opts.has_max_pool_size) OUT(buf, cap, len, " max_pool_size=%" PRIu64, p->opts.max_pool_size);
+  OUT(buf, cap, len, "\n");
+  for (uint32_t i = 0; i < a->nregs; i++) {
+    region *r = a->regs[i];
+    if (!r) continue;
+    uint64_t used = 0, nfree = 0, n = 0;
+    for (ablk *b = r->first; b; b = b->next) {
+      n++;
+      if (b->free) nfree++;
+      else used += b->s.span;
+    }
+    cm_format_bytes(r->vm ? r->mapped_gran << a->gshift : r->size, b1, sizeof b1);
+    cm_format_bytes(used, b2, sizeof b2);
+    OUT(buf, cap, len,
+        "   - Region StorageId(%" PRIu64 ") blocks=%" PRIu64 " (%" PRIu64
+        " free) => %s used - %s reserved\n",
+        r->id, n, nfree, b2, b1);
+  }
+  char tmp[512];
+  cm_usage_display(&p->usage, tmp, sizeof tmp);
+  OUT(buf, cap, len, "\n%s", tmp);
+  return len;
+}
+
+static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
+  arena *a = AR(p);
+  for (uint32_t i = 0; i < a->nregs; i++) {
+    region *r = a->regs[i];
+    if (!r) continue;
+    for (ablk *b = r->first, *n; b; b = n) {
+      n = b->next;
+      fn(&b->s, arg);
+    }
+  }
+}
+
+static void destroy(cm__pool *p) {
+  arena *a = AR(p);
+  for (uint32_t i = 0; i < a->nregs; i++) {
+    region *r = a->regs[i];
+    if (!r) continue;
+    for (ablk *b = r->first, *n; b; b = n) {
+      n = b->next;
+      node_drop(b);
+    }
+    if (r->vm) {
+      for (uint64_t g = 0; g < r->top;) {
+        if (!bit(r->mapped, g)) {
+          g++;
+          continue;
+        }
+        uint64_t e = g;
+        while (e + 1 < r->top && bit(r->mapped, e + 1)) e++;
+        cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
+        g = e + 1;
+      }
+      cm__storage_vm_release(a->st, r->id, r->size);
+    } else {
+      cm_storage_dealloc(a->st, r->id, r->size);
+    }
+    region_free_mem(r);
+  }
+  cm__pool_reserved_add(p, -(int64_t)a->held);
+  cm__pool_pages_add(p, -(int64_t)p->pages);
+  while (a->spare) {
+    ablk *n = a->spare;
+    a->spare = n->fnext;
+    node_drop(n);
+  }
+  free(a->regs);
+  free(a);
+}
+
+static const cm__pool_vt k_arena_vt = {
+    .name = "arena",
+    .accept = accept,
+    .try_reserve = try_reserve,
+    .alloc = alloc,
+    .on_free = on_free,
+    .take_free = take_free,
+    .cleanup = cleanup,
+    .materialize = materialize,
+    .locate = locate,
+    .check = check,
+    .display = display,
+    .for_each = for_each,
+    .destroy = destroy,
+};
+
+int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+                       cm__pool **out) {
+  arena *a = calloc(1, sizeof *a);
+  if (!a) return CM_ENOMEM;
+  a->base.vt = &k_arena_vt;
+  a->base.m = m;
+  a->base.position = pos;
+  a->base.opts = *o;
+  a->base.opts.kind = CM_POOL_ARENA;
+  a->base.alignment = m->props.alignment ? m->props.alignment : 1;
+  a->st = m->storage;
+  uint64_t g = cm__storage_vm_granularity(a->st);
+  if (g && (g & (g - 1)) == 0) {
+    a->vm = true;
+    a->gran = g;
+    a->gshift = (unsigned)__builtin_ctzll(g);
+  }
+  a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
+  if (a->period == 0) a->period = UINT64_MAX;
+  *out = &a->base;
+  return CM_OK;
+}

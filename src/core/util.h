@@ -1,0 +1,27 @@
+/* util.h - small internal helpers shared across the library (not installed). */
+#ifndef CM_CORE_UTIL_H
+#define CM_CORE_UTIL_H
+
+#include <stdarg.h>
+#include "cubemem/common.h"
+
+/* Fill diag (if non-NULL) with `code` and a formatted message; returns code. */
+int cm__diag_set(cm_diag_t *diag, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int cm__diag_vset(cm_diag_t *diag, int code, const char *fmt, va_list ap);
+
+/* Round n up to a multiple of a (a >= 1); returns false on overflow. */
+static inline bool cm__round_up(uint64_t n, uint64_t a, uint64_t *out) {
+  uint64_t r = n % a;
+  if (r == 0) { *out = n; return true; }
+  uint64_t add = a - r;
+  if (n > UINT64_MAX - add) return false;
+  *out = n + add;
+  return true;
+}
+static inline uint64_t cm__pad(uint64_t n, uint64_t a) { return (a - n % a) % a; }
+
+/* Monotonic clock in nanoseconds. */
+uint64_t cm__now_ns(void);
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * svg.c - render replay results as one standalone SVG document.
+ *
+ * Layout. One panel per trace, stacked vertically. A panel has a title, a
+ * timeline chart (x: events replayed, y: bytes with decimal units as in
+ * cm_format_bytes) showing the trace's live bytes as a filled area and each
+ * series' reserved bytes as a line, a legend with the peaks, and a per-pool
+ * breakdown: one horizontal stacked bar per series of the bytes each pool had
+ * reserved when the storage peak was first reached (pool_reserved_at_peak;
+ * falls back to the per-pool peaks when there is no snapshot).
+ *
+ * The document is built in a growable buffer (string builder with vsnprintf)
+ * and handed to the caller's write callback in one call at the end; nothing
+ * is printed. Axis ticks are "nice" numbers (1, 2, 2.5, 5 x 10^k).
+ *
+ * Exports cm_replay_svg.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "cubemem/replay.h"
+
+typedef struct sb {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} sb_t;
+
+static void sb_printf(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb_t *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = true;
+      return;
+    }
+    if (b->p && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t ncap = b->cap ? b->cap * 2 : 1 << 16;
+    while (ncap < b->n + (size_t)k + 1) ncap *= 2;
+    char *np = realloc(b->p, ncap);
+    if (!np) {
+      b->oom = true;
+      return;
+    }
+    b->p = np;
+    b->cap = ncap;
+  }
+}
+
+static void sb_escaped(sb_t *b, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+      case '&': sb_printf(b, "&amp;"); break;
+      case '<': sb_printf(b, "&lt;"); break;
+      case '>': sb_printf(b, "&gt;"); break;
+      case '"': sb_printf(b, "&quot;"); break;
+      default:
+        if ((unsigned char)*s >= 0x20) sb_printf(b, "%c", *s);
+    }
+  }
+}
+
+static const char *const k_colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd",
+                                       "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+static const char *const k_pool_colors[] = {
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+    "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d37295"};
+
+/* A nice tick step giving about `want` intervals over [0, max]. */
+static double nice_step(double max, int want) {
+  if (max <= 0) return 1;
+  double raw = max / want, mag = pow(10, floor(log10(raw))), f = raw / mag;
+  double nf = f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10;
+  return nf * mag;
+}
+
+/* Decimal byte units (as cm_format_bytes): unit chosen from the axis maximum. */
+static void byte_unit(double max, double *div, const char **name) {
+  static const char *const names[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int e = 0;
+  double d = 1;
+  while (e < 5 && max >= d * 1000) d *= 1000, e++;
+  *div = d;
+  *name = names[e];
+}
+
+static void fmt_num(char *buf, size_t cap, double v) {
+  if (fabs(v - round(v)) < 1e-9) snprintf(buf, cap, "%.0f", v);
+  else if (fabs(v * 10 - round(v * 10)) < 1e-6) snprintf(buf, cap, "%.1f", v);
+  else snprintf(buf, cap, "%.2f", v);
+}
+
+static void fmt_count(char *buf, size_t cap, double v) {
+  char n[20];
+  if (v >= 1e6) fmt_num(n, sizeof n, v / 1e6), snprintf(buf, cap, "%sM", n);
+  else if (v >= 1e3) fmt_num(n, sizeof n, v / 1e3), snprintf(buf, cap, "%sk", n);
+  else fmt_num(buf, cap, v);
+}
+
+static uint64_t pool_value(const cm_replay_result_t *r, size_t j) {
+  if (r->pool_reserved_at_peak) return r->pool_reserved_at_peak[j];
+  return r->pool_reports ? r->pool_reports[j].bytes_reserved_peak : 0;
+}
+
+static void pool_label(const cm_replay_result_t *r, size_t j, char *buf, size_t cap) {
+  if (j == r->pool_count) {
+    snprintf(buf, cap, "persistent");
+    return;
+  }
+  char desc[128];
+  size_t k = cm_pools_format(&r->pool_reports[j].options, 1, desc, sizeof desc);
+  if (k == 0) snprintf(desc, sizeof desc, "kind %d", (int)r->pool_reports[j].options.kind);
+  snprintf(buf, cap, "pool %zu %s", j, desc);
+}
+
+#define W 1000.0
+#define PLOT_X0 100.0
+#define PLOT_X1 700.0
+#define PLOT_H 280.0
+
+static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
+  /* --- scales --- */
+  uint64_t xmax = 1, ymax = 1;
+  for (size_t s = 0; s < p->series_count; s++) {
+    const cm_replay_result_t *r = p->series[s].result;
+    if (!r) continue;
+    if (r->events > xmax) xmax = r->events;
+    if (r->peak_live_bytes > ymax) ymax = r->peak_live_bytes;
+    if (r->peak_reserved_bytes > ymax) ymax = r->peak_reserved_bytes;
+  }
+  double ystep = nice_step((double)ymax * 1.05, 5), ytop = ceil((double)ymax * 1.05 / ystep) * ystep;
+  double xstep = nice_step((double)xmax, 8), xtop = (double)xmax;
+  double div;
+  const char *unit;
+  byte_unit(ytop, &div, &unit);
+
+  sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"title\">", PLOT_X0, y + 22);
+  sb_escaped(b, p->title ? p->title : "trace");
+  sb_printf(b, "</text>\n");
+  double top = y + 40, bot = top + PLOT_H;
+#define X(v) (PLOT_X0 + (PLOT_X1 - PLOT_X0) * ((double)(v) / xtop))
+#define Y(v) (bot - PLOT_H * ((double)(v) / ytop))
+  /* grid and axes */
+  sb_printf(b, "<g class=\"axis\">\n");
+  for (double v = 0; v <= ytop + ystep / 2; v += ystep) {
+    char num[32];
+    fmt_num(num, sizeof num, v / div);
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>"
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s %s</text>\n",
+              PLOT_X0, Y(v), PLOT_X1, Y(v), PLOT_X0 - 6, Y(v) + 4, num, unit);
+  }
+  for (double v = 0; v <= xtop + 1e-9; v += xstep) {
+    char num[32];
+    fmt_count(num, sizeof num, v);
+    sb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+              X(v), bot, X(v), bot + 5, X(v), bot + 18, num);
+  }
+  sb_printf(b,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
+            PLOT_X0, top, PLOT_X0, bot, PLOT_X0, bot, PLOT_X1, bot);
+  sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\">"
+            "events replayed (allocations + frees)</text>\n", (PLOT_X0 + PLOT_X1) / 2, bot + 36);
+  sb_printf(b, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" "
+            "class=\"label\">memory (%s, 1 %s = %.0f bytes)</text>\n",
+            24.0, (top + bot) / 2, unit, unit, div);
+  sb_printf(b, "</g>\n");
+
+  /* live bytes: filled area from the first series with a timeline */
+  const cm_replay_result_t *lr = NULL;
+  for (size_t s = 0; s < p->series_count && !lr; s++)
+    if (p->series[s].result && p->series[s].result->timeline_count) lr = p->series[s].result;
+  if (lr) {
+    sb_printf(b, "<path class=\"live\" d=\"M%.1f %.1f", X(0), Y(0));
+    for (size_t i = 0; i < lr->timeline_count; i++)
+      sb_printf(b, " L%.1f %.1f", X(lr->timeline[i].event), Y(lr->timeline[i].live_bytes));
+    sb_printf(b, " L%.1f %.1f Z\"/>\n", X(lr->timeline[lr->timeline_count - 1].event), Y(0));
+  }
+  /* reserved bytes per series */
+  for (size_t s = 0; s < p->series_count; s++) {
+    const cm_replay_result_t *r = p->series[s].result;
+    if (!r) continue;
+    const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
+    if (r->timeline_count) {
+      sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
+      for (size_t i = 0; i < r->timeline_count; i++)
+        sb_printf(b, "%s%.1f,%.1f", i ? " " : "", X(r->timeline[i].event),
+                  Y(r->timeline[i].reserved_bytes));
+      sb_printf(b, "\"/>\n");
+    } else {
+      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-dasharray=\"6 4\"/>\n", PLOT_X0, Y(r->peak_reserved_bytes), PLOT_X1,
+                Y(r->peak_reserved_bytes), c);
+    }
+  }
+  /* legend */
+  double ly = top + 8;
+  char v1[32], v2[32];
+  if (p->series_count && p->series[0].result) {
+    cm_format_bytes(p->series[0].result->peak_live_bytes, v1, sizeof v1);
+    sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" class=\"live\"/>"
+              "<text x=\"%.1f\" y=\"%.1f\">live (trace), peak %s</text>\n",
+              PLOT_X1 + 16, ly, PLOT_X1 + 36, ly + 9, v1);
+    ly += 20;
+  }
+  for (size_t s = 0; s < p->series_count; s++) {
+    const cm_replay_result_t *r = p->series[s].result;
+    if (!r) continue;
+    const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
+    cm_format_bytes(r->peak_reserved_bytes, v2, sizeof v2);
+    double ratio = r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0;
+    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+              "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\">",
+              PLOT_X1 + 16, ly + 5, PLOT_X1 + 30, ly + 5, c, PLOT_X1 + 36, ly + 9);
+    sb_escaped(b, p->series[s].label ? p->series[s].label : "layout");
+    sb_printf(b, "</text><text x=\"%.1f\" y=\"%.1f\" class=\"small\">reserved, peak %s (x%.3f)</text>\n",
+              PLOT_X1 + 36, ly + 22, v2, ratio);
+    ly += 36;
+  }
+#undef X
+#undef Y
+
+  /* --- per-pool breakdown at the storage peak --- */
+  double by = bot + 60;
+  sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"label\">reserved per pool when the device "
+            "peak was reached</text>\n", PLOT_X0, by);
+  by += 12;
+  uint64_t bmax = 1;
+  for (size_t s = 0; s < p->series_count; s++) {
+    const cm_replay_result_t *r = p->series[s].result;
+    if (!r) continue;
+    uint64_t tot = 0;
+    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
+    if (tot > bmax) bmax = tot;
+  }
+  double bstep = nice_step((double)bmax, 5), btop = ceil((double)bmax / bstep) * bstep;
+  double bdiv;
+  const char *bunit;
+  byte_unit(btop, &bdiv, &bunit);
+#define BX(v) (PLOT_X0 + (PLOT_X1 - PLOT_X0) * ((double)(v) / btop))
+  for (size_t s = 0; s < p->series_count; s++) {
+    const cm_replay_result_t *r = p->series[s].result;
+    if (!r) continue;
+    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
+    char lab[24];
+    snprintf(lab, sizeof lab, "%s", p->series[s].label ? p->series[s].label : "layout");
+    if (p->series[s].label && strlen(p->series[s].label) > 15) strcpy(lab + 12, "...");
+    sb_escaped(b, lab);
+    sb_printf(b, "</text>\n");
+    uint64_t tot = 0;
+    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
+    double x = 0, bar_y = by, leg_y = by + 26, lx = PLOT_X0;
+    int shown = 0, hidden = 0;
+    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) {
+      uint64_t v = pool_value(r, j);
+      if (!v) continue;
+      const char *c = k_pool_colors[j % (sizeof k_pool_colors / sizeof k_pool_colors[0])];
+      char desc[160], vb[32];
+      pool_label(r, j, desc, sizeof desc);
+      cm_format_bytes(v, vb, sizeof vb);
+      double x0 = BX(x), x1 = BX(x + (double)v);
+      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"%s\" "
+                "stroke=\"#fff\" stroke-width=\"0.5\"><title>", x0, bar_y, x1 - x0, c);
+      sb_escaped(b, desc);
+      sb_printf(b, ": %s</title></rect>\n", vb);
+      if (x1 - x0 > 28)
+        sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"inbar\">p%zu</text>\n",
+                  (x0 + x1) / 2, bar_y + 14, j);
+      x += (double)v;
+      /* legend under the bar: colour, pool, bytes (pools of >= 1% of the bar, 8 at most) */
+      if (shown >= 8 || (double)v < 0.01 * (double)tot) {
+        hidden++;
+        continue;
+      }
+      char item[200];
+      snprintf(item, sizeof item, "%s: %s", desc, vb);
+      double wdt = 6.0 * (double)strlen(item) + 24;
+      if (lx > PLOT_X0 && lx + wdt > W - 10) {
+        lx = PLOT_X0;
+        leg_y += 14;
+      }
+      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">", lx, leg_y, c, lx + 12, leg_y + 8);
+      sb_escaped(b, item);
+      sb_printf(b, "</text>\n");
+      lx += wdt;
+      shown++;
+    }
+    if (hidden) {
+      if (lx > PLOT_X0 && lx + 150 > W - 10) {
+        lx = PLOT_X0;
+        leg_y += 14;
+      }
+      sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">+%d smaller pool%s</text>\n",
+                lx, leg_y + 8, hidden, hidden == 1 ? "" : "s");
+    }
+    char tb[32];
+    cm_format_bytes(tot, tb, sizeof tb);
+    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", BX(x) + 6, bar_y + 14, tb);
+    by = leg_y + 24;
+  }
+  /* bytes axis for the bars */
+  sb_printf(b, "<g class=\"axis\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
+            PLOT_X0, by, PLOT_X1, by);
+  for (double v = 0; v <= btop + bstep / 2; v += bstep) {
+    char num[32];
+    fmt_num(num, sizeof num, v / bdiv);
+    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s %s</text>\n",
+              BX(v), by, BX(v), by + 5, BX(v), by + 18, num, bunit);
+  }
+  sb_printf(b, "</g>\n");
+#undef BX
+  return by + 40;
+}
+
+int cm_replay_svg(const cm_replay_panel_t *panels, size_t panel_count, cm_replay_write_fn write,
+                  void *arg) {
+  if ((!panels && panel_count) || !write) return CM_EINVAL;
+  sb_t body = {0}, doc = {0};
+  double y = 10;
+  for (size_t i = 0; i < panel_count; i++) y = panel(&body, &panels[i], y);
+  sb_printf(&doc,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\" "
+            "font-size=\"11\">\n"
+            "<style>.title{font-size:15px;font-weight:bold}.label{font-size:12px}"
+            ".small{font-size:10px;fill:#333}.inbar{font-size:10px;fill:#fff}"
+            ".axis line{stroke:#444;stroke-width:1}.axis .grid{stroke:#ddd}"
+            ".live{fill:#9aa5b1;fill-opacity:0.55;stroke:#52606d;stroke-width:1}</style>\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+            W, y, W, y);
+  int rc = CM_OK;
+  if (body.oom || doc.oom) rc = CM_ENOMEM;
+  else if (write(arg, doc.p, doc.n) || (body.n && write(arg, body.p, body.n)) ||
+           write(arg, "</svg>\n", 7))
+    rc = CM_EIO;
+  free(body.p);
+  free(doc.p);
+  return rc;
+}

@@ -1,0 +1,549 @@
+/*
+ * trace.c - parser for allocation traces in RMM's CSV layout
+ * (`Thread,Time,Action,Pointer,Size,Stream`).
+ *
+ * Algorithm. One pass over the buffer, line by line (memchr for '\n'). Each
+ * line is split at commas into at most CM__MAX_FIELDS fields and the fields
+ * the column map names are decoded by small hand-written parsers (no sscanf,
+ * no NUL termination needed: every field is a (pointer, length) pair, so any
+ * byte sequence, NULs included, is handled). Live pointers are kept in an
+ * open-addressing hash table (linear probing, power-of-two capacity, load
+ * <= 1/2, backward-shift deletion so there are no tombstones) mapping the
+ * pointer to its slot and requested size. Slots are dense indices reused
+ * LIFO through a free stack, so a replay needs only `slots` handles.
+ *
+ * Invariants. After every line: `live` equals the sum of the sizes stored in
+ * the table, table->n is the number of live pointers, and every slot is either
+ * in the table or on the free stack, never both. A failed line changes nothing
+ * (every field is decoded and checked before any state changes).
+ *
+ * Exports cm_trace_parse, cm_trace_load, cm_trace_free.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "cubemem/replay.h"
+
+#define CM__MAX_FIELDS 16
+
+enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, COL_COUNT };
+
+typedef struct field {
+  const char *p;
+  size_t n;
+} field_t;
+
+typedef struct entry {
+  uint64_t key;
+  uint64_t size;
+  uint32_t slot;
+  uint32_t used;
+} entry_t;
+
+typedef struct table {
+  entry_t *e;
+  size_t cap; /* power of two */
+  size_t n;
+} table_t;
+
+typedef struct parser {
+  cm_trace_t *t;
+  size_t ev_cap;
+  table_t tab;
+  uint32_t *free_slots;
+  size_t free_n, free_cap;
+  uint64_t live;
+  int col[COL_COUNT]; /* field index of each column, -1 if absent */
+  size_t nfields;     /* fields a data line must have; 0 = 5 or 6 (no header) */
+  char msg[160];
+} parser_t;
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static int lower(int c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+static field_t trim(field_t f) {
+  while (f.n && (f.p[0] == ' ' || f.p[0] == '\t')) f.p++, f.n--;
+  while (f.n && (f.p[f.n - 1] == ' ' || f.p[f.n - 1] == '\t' || f.p[f.n - 1] == '\r')) f.n--;
+  return f;
+}
+
+static bool field_is(field_t f, const char *word) {
+  size_t n = strlen(word);
+  if (f.n != n) return false;
+  for (size_t i = 0; i < n; i++)
+    if (lower((unsigned char)f.p[i]) != word[i]) return false;
+  return true;
+}
+
+/* Quote a field for a message: at most 40 bytes, unprintable bytes as '?'. */
+static void quote(field_t f, char *out, size_t cap) {
+  size_t n = f.n > 40 ? 40 : f.n, j = 0;
+  for (size_t i = 0; i < n && j + 1 < cap; i++) {
+    unsigned char c = (unsigned char)f.p[i];
+    out[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+  }
+  if (f.n > 40 && j + 4 < cap) out[j++] = '.', out[j++] = '.', out[j++] = '.';
+  out[j < cap ? j : cap - 1] = '\0';
+}
+
+static bool parse_dec(field_t f, uint64_t *out) {
+  if (f.n == 0) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < f.n; i++) {
+    unsigned c = (unsigned char)f.p[i] - '0';
+    if (c > 9) return false;
+    if (v > (UINT64_MAX - c) / 10) return false;
+    v = v * 10 + c;
+  }
+  *out = v;
+  return true;
+}
+
+/* A pointer is a key only: "0x..." hex, or bare hex digits (RMM writes 0x). */
+static bool parse_ptr(field_t f, uint64_t *out) {
+  if (f.n >= 2 && f.p[0] == '0' && (f.p[1] == 'x' || f.p[1] == 'X')) f.p += 2, f.n -= 2;
+  if (f.n == 0 || f.n > 16) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < f.n; i++) {
+    int c = lower((unsigned char)f.p[i]), d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return false;
+    v = (v << 4) | (uint64_t)d;
+  }
+  *out = v;
+  return true;
+}
+
+/* "HH:MM:SS.ffffff" (any number of hour digits, fraction optional) or plain
+ * seconds "SSS.ffffff" -> microseconds. An empty field is time 0. */
+static bool parse_time(field_t f, uint64_t *out_us) {
+  if (f.n == 0) {
+    *out_us = 0;
+    return true;
+  }
+  uint64_t parts[3] = {0, 0, 0};
+  size_t np = 0, i = 0;
+  for (;;) {
+    size_t start = i;
+    uint64_t v = 0;
+    while (i < f.n && f.p[i] >= '0' && f.p[i] <= '9') {
+      if (i - start >= 12) return false;
+      v = v * 10 + (uint64_t)(f.p[i] - '0');
+      i++;
+    }
+    if (i == start || np >= 3) return false;
+    parts[np++] = v;
+    if (i < f.n && f.p[i] == ':') {
+      i++;
+      continue;
+    }
+    break;
+  }
+  uint64_t frac = 0;
+  if (i < f.n && f.p[i] == '.') {
+    i++;
+    size_t start = i, digits = 0;
+    while (i < f.n && f.p[i] >= '0' && f.p[i] <= '9') {
+      if (digits < 6) frac = frac * 10 + (uint64_t)(f.p[i] - '0'), digits++;
+      i++;
+    }
+    if (i == start) return false;
+    while (digits < 6) frac *= 10, digits++;
+  }
+  if (i != f.n) return false;
+  uint64_t secs;
+  if (np == 1) secs = parts[0];
+  else if (np == 2) {
+    if (parts[1] >= 60) return false;
+    secs = parts[0] * 60 + parts[1];
+  } else {
+    if (parts[1] >= 60 || parts[2] >= 60) return false;
+    secs = (parts[0] * 60 + parts[1]) * 60 + parts[2];
+  }
+  *out_us = secs * 1000000u + frac;
+  return true;
+}
+
+/* ---- hash table ------------------------------------------------------------- */
+
+static size_t hash_ptr(uint64_t k, size_t mask) {
+  k ^= k >> 29;
+  k *= 0x9E3779B97F4A7C15ull;
+  k ^= k >> 32;
+  return (size_t)k & mask;
+}
+
+static bool table_grow(table_t *t) {
+  size_t ncap = t->cap ? t->cap * 2 : 1024;
+  if (ncap > SIZE_MAX / sizeof(entry_t)) return false;
+  entry_t *ne = calloc(ncap, sizeof *ne);
+  if (!ne) return false;
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->e[i].used) continue;
+    size_t j = hash_ptr(t->e[i].key, ncap - 1);
+    while (ne[j].used) j = (j + 1) & (ncap - 1);
+    ne[j] = t->e[i];
+  }
+  free(t->e);
+  t->e = ne;
+  t->cap = ncap;
+  return true;
+}
+
+/* Index of key, or SIZE_MAX. */
+static size_t table_find(const table_t *t, uint64_t key) {
+  if (!t->cap) return SIZE_MAX;
+  size_t mask = t->cap - 1, i = hash_ptr(key, mask);
+  while (t->e[i].used) {
+    if (t->e[i].key == key) return i;
+    i = (i + 1) & mask;
+  }
+  return SIZE_MAX;
+}
+
+/* Insert a key known to be absent; the table has room (checked by caller). */
+static void table_insert(table_t *t, uint64_t key, uint64_t size, uint32_t slot) {
+  size_t mask = t->cap - 1, i = hash_ptr(key, mask);
+  while (t->e[i].used) i = (i + 1) & mask;
+  t->e[i] = (entry_t){key, size, slot, 1};
+  t->n++;
+}
+
+/* Backward-shift deletion: keeps every probe chain unbroken without tombstones. */
+static void table_remove_at(table_t *t, size_t i) {
+  size_t mask = t->cap - 1, j = i;
+  for (;;) {
+    j = (j + 1) & mask;
+    if (!t->e[j].used) break;
+    size_t home = hash_ptr(t->e[j].key, mask);
+    /* Move e[j] into the hole at i when its home is not in (i, j]. */
+    bool in_range = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    if (!in_range) {
+      t->e[i] = t->e[j];
+      i = j;
+    }
+  }
+  t->e[i].used = 0;
+  t->n--;
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static bool reserve_events(parser_t *ps, size_t more) {
+  cm_trace_t *t = ps->t;
+  if (t->count + more <= ps->ev_cap) return true;
+  size_t ncap = ps->ev_cap ? ps->ev_cap : 4096;
+  while (ncap < t->count + more) {
+    if (ncap > SIZE_MAX / 2 / sizeof(cm_trace_event_t)) return false;
+    ncap *= 2;
+  }
+  cm_trace_event_t *ne = realloc(t->events, ncap * sizeof *ne);
+  if (!ne) return false;
+  t->events = ne;
+  ps->ev_cap = ncap;
+  return true;
+}
+
+static void push_event(parser_t *ps, uint32_t action, uint32_t slot, uint64_t size,
+                       uint64_t time_us) {
+  cm_trace_t *t = ps->t;
+  t->events[t->count++] = (cm_trace_event_t){size, time_us, slot, action};
+  if (time_us > t->duration_us) t->duration_us = time_us;
+}
+
+/* Free the live allocation at table index i (event already reserved). */
+static int free_at(parser_t *ps, size_t i, uint64_t time_us) {
+  entry_t e = ps->tab.e[i];
+  if (ps->free_n == ps->free_cap) {
+    size_t ncap = ps->free_cap ? ps->free_cap * 2 : 1024;
+    uint32_t *nf = realloc(ps->free_slots, ncap * sizeof *nf);
+    if (!nf) return CM_ENOMEM;
+    ps->free_slots = nf;
+    ps->free_cap = ncap;
+  }
+  table_remove_at(&ps->tab, i);
+  ps->free_slots[ps->free_n++] = e.slot;
+  ps->live -= e.size;
+  ps->t->frees++;
+  push_event(ps, CM_TRACE_FREE, e.slot, e.size, time_us);
+  return CM_OK;
+}
+
+/* ---- lines ---------------------------------------------------------------------- */
+
+static size_t split(const char *p, size_t n, field_t *f, size_t cap) {
+  size_t nf = 0, start = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || p[i] == ',') {
+      if (nf == cap) return cap + 1;
+      f[nf++] = trim((field_t){p + start, i - start});
+      start = i + 1;
+    }
+  }
+  return nf;
+}
+
+static bool is_header(const field_t *f, size_t nf) {
+  for (size_t i = 0; i < nf; i++)
+    if (field_is(f[i], "action")) return true;
+  return false;
+}
+
+static int read_header(parser_t *ps, const field_t *f, size_t nf) {
+  static const char *const names[COL_COUNT] = {"thread", "time", "action",
+                                               "pointer", "size", "stream"};
+  int col[COL_COUNT];
+  for (int c = 0; c < COL_COUNT; c++) col[c] = -1;
+  for (size_t i = 0; i < nf; i++)
+    for (int c = 0; c < COL_COUNT; c++)
+      if (col[c] < 0 && field_is(f[i], names[c])) col[c] = (int)i;
+  static const char *const required[] = {"Action", "Pointer", "Size"};
+  static const int req_col[] = {COL_ACTION, COL_POINTER, COL_SIZE};
+  for (int r = 0; r < 3; r++)
+    if (col[req_col[r]] < 0) {
+      snprintf(ps->msg, sizeof ps->msg, "the header has no '%s' column", required[r]);
+      return CM_EPARSE; /* the RMM order stays in force */
+    }
+  memcpy(ps->col, col, sizeof col);
+  ps->nfields = nf;
+  return CM_OK;
+}
+
+/* Decode one data line and apply it. Returns CM_OK, CM_EPARSE (ps->msg set;
+ * nothing changed), CM_ENOMEM or CM_EOVERFLOW. */
+static int data_line(parser_t *ps, const field_t *f, size_t nf) {
+  char q[64];
+  if (ps->nfields ? nf != ps->nfields : (nf != 5 && nf != 6)) {
+    snprintf(ps->msg, sizeof ps->msg, "expected %zu fields, got %zu",
+             ps->nfields ? ps->nfields : (size_t)6, nf);
+    return CM_EPARSE;
+  }
+  field_t act = f[ps->col[COL_ACTION]];
+  int kind; /* 0 alloc, 1 free, 2 allocate failure */
+  if (field_is(act, "allocate")) kind = 0;
+  else if (field_is(act, "free")) kind = 1;
+  else if (field_is(act, "allocate failure") || field_is(act, "allocate_failure")) kind = 2;
+  else {
+    quote(act, q, sizeof q);
+    snprintf(ps->msg, sizeof ps->msg, "bad action '%s' (expected allocate, free or allocate failure)", q);
+    return CM_EPARSE;
+  }
+  uint64_t ptr, size, time_us = 0;
+  if (!parse_ptr(f[ps->col[COL_POINTER]], &ptr)) {
+    quote(f[ps->col[COL_POINTER]], q, sizeof q);
+    snprintf(ps->msg, sizeof ps->msg, "bad pointer '%s'", q);
+    return CM_EPARSE;
+  }
+  if (!parse_dec(f[ps->col[COL_SIZE]], &size)) {
+    quote(f[ps->col[COL_SIZE]], q, sizeof q);
+    snprintf(ps->msg, sizeof ps->msg, "bad size '%s'", q);
+    return CM_EPARSE;
+  }
+  if (ps->col[COL_TIME] >= 0 && !parse_time(f[ps->col[COL_TIME]], &time_us)) {
+    quote(f[ps->col[COL_TIME]], q, sizeof q);
+    snprintf(ps->msg, sizeof ps->msg, "bad time '%s' (expected HH:MM:SS.ffffff)", q);
+    return CM_EPARSE;
+  }
+  cm_trace_t *t = ps->t;
+  if (kind == 2) {
+    t->alloc_failures++;
+    return CM_OK;
+  }
+  size_t at = table_find(&ps->tab, ptr);
+  if (kind == 1) {
+    if (at == SIZE_MAX) {
+      t->unknown_frees++;
+      return CM_OK;
+    }
+    if (!reserve_events(ps, 1)) return CM_ENOMEM;
+    return free_at(ps, at, time_us);
+  }
+  /* allocate: check everything before changing state */
+  uint64_t live_after = ps->live + size;
+  if (at != SIZE_MAX) live_after -= ps->tab.e[at].size;
+  if (live_after < size) {
+    snprintf(ps->msg, sizeof ps->msg, "size %llu overflows the live byte total",
+             (unsigned long long)size);
+    return CM_EPARSE;
+  }
+  if (!reserve_events(ps, 2)) return CM_ENOMEM;
+  if ((ps->tab.n + 1) * 2 > ps->tab.cap && !table_grow(&ps->tab)) return CM_ENOMEM;
+  if (at == SIZE_MAX && ps->free_n == 0 && t->slots == UINT32_MAX) return CM_EOVERFLOW;
+  if (at != SIZE_MAX) {
+    t->duplicate_allocs++;
+    int rc = free_at(ps, at, time_us);
+    if (rc) return rc;
+  }
+  uint32_t slot = ps->free_n ? ps->free_slots[--ps->free_n] : t->slots++;
+  table_insert(&ps->tab, ptr, size, slot);
+  ps->live += size;
+  t->allocs++;
+  t->total_alloc_bytes = (t->total_alloc_bytes > UINT64_MAX - size) ? UINT64_MAX
+                                                                     : t->total_alloc_bytes + size;
+  if (size > t->max_alloc_size) t->max_alloc_size = size;
+  push_event(ps, CM_TRACE_ALLOC, slot, size, time_us);
+  if (ps->live > t->peak_live_bytes) {
+    t->peak_live_bytes = ps->live;
+    t->peak_live_event = t->count - 1;
+  }
+  if (ps->tab.n > t->peak_live_count) t->peak_live_count = ps->tab.n;
+  return CM_OK;
+}
+
+int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *opts,
+                   cm_trace_t **out, cm_diag_t *diag) {
+  if (!out || (!buf && len)) return cm__diag_set(diag, CM_EINVAL, "cm_trace_parse: NULL argument");
+  *out = NULL;
+  bool skip = opts && opts->skip_bad_lines;
+  parser_t ps;
+  memset(&ps, 0, sizeof ps);
+  ps.t = calloc(1, sizeof *ps.t);
+  if (!ps.t) return cm__diag_set(diag, CM_ENOMEM, "out of memory reading the trace");
+  for (int c = 0; c < COL_COUNT; c++) ps.col[c] = c; /* RMM order until a header says else */
+  bool first = true;
+  int rc = CM_OK;
+  uint64_t lineno = 0;
+  size_t pos = 0;
+  field_t f[CM__MAX_FIELDS];
+  while (pos < len) {
+    const char *p = buf + pos;
+    const char *nl = memchr(p, '\n', len - pos);
+    size_t n = nl ? (size_t)(nl - p) : len - pos;
+    pos += n + (nl ? 1 : 0);
+    lineno++;
+    field_t whole = trim((field_t){p, n});
+    if (whole.n == 0) continue;
+    size_t nf = split(whole.p, whole.n, f, CM__MAX_FIELDS);
+    int lrc;
+    ps.msg[0] = '\0';
+    if (nf > CM__MAX_FIELDS) {
+      snprintf(ps.msg, sizeof ps.msg, "too many fields (more than %d)", CM__MAX_FIELDS);
+      lrc = CM_EPARSE;
+    } else if (is_header(f, nf)) {
+      /* A header repeated later (concatenated logs) is skipped. */
+      lrc = first ? read_header(&ps, f, nf) : CM_OK;
+    } else {
+      lrc = data_line(&ps, f, nf);
+    }
+    first = false;
+    if (lrc == CM_EPARSE && skip) {
+      if (ps.t->bad_lines++ == 0) {
+        ps.t->first_bad_line = lineno;
+        snprintf(ps.t->first_bad_message, sizeof ps.t->first_bad_message, "%s", ps.msg);
+      }
+      continue;
+    }
+    if (lrc != CM_OK) {
+      if (lrc == CM_EPARSE) cm__diag_set(diag, lrc, "%s", ps.msg);
+      else if (lrc == CM_EOVERFLOW) cm__diag_set(diag, lrc, "more than 2^32-1 allocations live at once");
+      else cm__diag_set(diag, lrc, "out of memory reading the trace");
+      if (diag) diag->line = (uint32_t)(lineno > UINT32_MAX ? UINT32_MAX : lineno);
+      rc = lrc;
+      break;
+    }
+  }
+  ps.t->lines = lineno;
+  ps.t->live_at_end = ps.tab.n;
+  ps.t->live_bytes_at_end = ps.live;
+  free(ps.tab.e);
+  free(ps.free_slots);
+  if (rc != CM_OK) {
+    cm_trace_free(ps.t);
+    return rc;
+  }
+  *out = ps.t;
+  return CM_OK;
+}
+
+void cm_trace_free(cm_trace_t *trace) {
+  if (!trace) return;
+  free(trace->events);
+  free(trace);
+}
+
+int cm_trace_load(const char *path, const cm_trace_parse_options_t *opts, cm_trace_t **out,
+                  cm_diag_t *diag) {
+  if (!path || !out) return cm__diag_set(diag, CM_EINVAL, "cm_trace_load: NULL argument");
+  *out = NULL;
+  bool use_stdin = strcmp(path, "-") == 0;
+  int fd = use_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+  int rc;
+  if (fd < 0) {
+    rc = cm__diag_set(diag, CM_EIO, "cannot open: %s", strerror(errno));
+    goto fail;
+  }
+  struct stat st;
+  size_t cap = 1 << 16, len = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    if ((uint64_t)st.st_size >= SIZE_MAX) {
+      if (!use_stdin) close(fd);
+      rc = cm__diag_set(diag, CM_ENOMEM, "file too large");
+      goto fail;
+    }
+    cap = (size_t)st.st_size + 1;
+  }
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && !use_stdin) {
+    /* Regular file: map it (no copy); fall back to read() if mapping fails. */
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+      close(fd);
+      madvise(map, (size_t)st.st_size, MADV_SEQUENTIAL);
+      rc = cm_trace_parse(map, (size_t)st.st_size, opts, out, diag);
+      munmap(map, (size_t)st.st_size);
+      if (rc == CM_OK) return CM_OK;
+      goto fail;
+    }
+  }
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (!use_stdin) close(fd);
+    rc = cm__diag_set(diag, CM_EIO, "cannot read: is a directory");
+    goto fail;
+  }
+  char *buf = malloc(cap);
+  if (!buf) {
+    if (!use_stdin) close(fd);
+    rc = cm__diag_set(diag, CM_ENOMEM, "out of memory reading the trace");
+    goto fail;
+  }
+  for (;;) {
+    if (len == cap) {
+      size_t ncap = cap * 2;
+      char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+      if (!nb) {
+        free(buf);
+        if (!use_stdin) close(fd);
+        rc = cm__diag_set(diag, CM_ENOMEM, "out of memory reading the trace");
+        goto fail;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      if (!use_stdin) close(fd);
+      rc = cm__diag_set(diag, CM_EIO, "cannot read: %s", strerror(e));
+      goto fail;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  if (!use_stdin) close(fd);
+  rc = cm_trace_parse(buf, len, opts, out, diag);
+  free(buf);
+  if (rc == CM_OK) return CM_OK;
+fail:
+  if (diag) snprintf(diag->file, sizeof diag->file, "%s", path);
+  return rc;
+}

@@ -1,0 +1,165 @@
+/*
+ * host.c - host storage: real, zero-filled, aligned host memory.
+ *
+ * Deallocation is immediate. Virtual memory is supported with mmap: a range is
+ * reserved PROT_NONE and granules (64 KiB) are made readable/writable by
+ * vm_map and discarded by vm_unmap (madvise + PROT_NONE).
+ * Exports: cm_storage_host_create.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/util.h"
+#include "storage/idtable.h"
+
+#define HOST_GRANULE (64u << 10)
+
+typedef struct host_ctx {
+  cm__id_table ids;
+  uint64_t alignment;
+} host_ctx;
+
+static uint64_t host_alignment(void *ctx) { return ((host_ctx *)ctx)->alignment; }
+
+static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  host_ctx *c = ctx;
+  void *mem = NULL;
+  if (size > (uint64_t)SIZE_MAX / 2)
+    return cm__diag_set(diag, CM_ETOOBIG, "host storage: %llu bytes is too big",
+                        (unsigned long long)size);
+  if (size > 0) {
+    if (posix_memalign(&mem, (size_t)c->alignment, (size_t)size) != 0)
+      return cm__diag_set(diag, CM_EOOM, "host storage: cannot allocate %llu bytes",
+                          (unsigned long long)size);
+    memset(mem, 0, (size_t)size);
+  }
+  uint64_t id = cm__id_new(&c->ids);
+  if (!id) {
+    free(mem);
+    return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
+  }
+  cm__id_entry *e = &c->ids.v[id];
+  e->addr = (uint64_t)(uintptr_t)mem;
+  e->size = size;
+  e->mem = mem;
+  e->live = 1;
+  *out_id = id;
+  return CM_OK;
+}
+
+static void host_dealloc(void *ctx, uint64_t id) {
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || e->live != 1) return;
+  free(e->mem);
+  e->mem = NULL;
+  e->live = 0;
+}
+
+static int host_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
+                    cm_diag_t *diag) {
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e) return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) in the host storage",
+                              (unsigned long long)id);
+  if (offset > e->size || size > e->size - offset)
+    return cm__diag_set(diag, CM_EINVAL, "range outside StorageId(%llu)", (unsigned long long)id);
+  out->addr = e->addr + offset;
+  out->host = e->addr ? (void *)(uintptr_t)(e->addr + offset) : NULL;
+  out->size = size;
+  return CM_OK;
+}
+
+static void host_release(void *ctx) {
+  host_ctx *c = ctx;
+  for (uint64_t i = 1; i < c->ids.len; i++) {
+    cm__id_entry *e = &c->ids.v[i];
+    if (e->live == 1) free(e->mem);
+    if (e->live == 2) munmap(e->mem, (size_t)e->size);
+  }
+  free(c->ids.v);
+  free(c);
+}
+
+static uint64_t host_granularity(void *ctx) {
+  (void)ctx;
+  return HOST_GRANULE;
+}
+
+static int host_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  host_ctx *c = ctx;
+  if (size == 0 || size % HOST_GRANULE || size > (uint64_t)SIZE_MAX / 2)
+    return cm__diag_set(diag, CM_EINVAL, "host vm_reserve: size must be a non-zero granule multiple");
+  void *mem = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED)
+    return cm__diag_set(diag, CM_EOOM, "host vm_reserve: cannot reserve %llu bytes",
+                        (unsigned long long)size);
+  uint64_t id = cm__id_new(&c->ids);
+  if (!id) {
+    munmap(mem, (size_t)size);
+    return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
+  }
+  cm__id_entry *e = &c->ids.v[id];
+  e->addr = (uint64_t)(uintptr_t)mem;
+  e->size = size;
+  e->mem = mem;
+  e->live = 2;
+  *out_id = id;
+  return CM_OK;
+}
+
+static int host_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, cm_diag_t *diag) {
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || e->live != 2 || off > e->size || size > e->size - off || off % HOST_GRANULE ||
+      size % HOST_GRANULE)
+    return cm__diag_set(diag, CM_EINVAL, "host vm_map: bad range");
+  if (mprotect((char *)e->mem + off, (size_t)size, PROT_READ | PROT_WRITE) != 0)
+    return cm__diag_set(diag, CM_EOOM, "host vm_map: mprotect failed");
+  return CM_OK;
+}
+
+static void host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size) {
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || e->live != 2) return;
+  madvise((char *)e->mem + off, (size_t)size, MADV_DONTNEED);
+  mprotect((char *)e->mem + off, (size_t)size, PROT_NONE);
+}
+
+static void host_vm_release(void *ctx, uint64_t id) {
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || e->live != 2) return;
+  munmap(e->mem, (size_t)e->size);
+  e->live = 0;
+}
+
+static const cm_storage_ops_t k_host_ops = {
+    .name = "host",
+    .alignment = host_alignment,
+    .alloc = host_alloc,
+    .dealloc = host_dealloc,
+    .get = host_get,
+    .release = host_release,
+    .vm_granularity = host_granularity,
+    .vm_reserve = host_vm_reserve,
+    .vm_map = host_vm_map,
+    .vm_unmap = host_vm_unmap,
+    .vm_release = host_vm_release,
+};
+
+int cm_storage_host_create(uint64_t alignment, cm_storage_t **out) {
+  if (!out) return CM_EINVAL;
+  *out = NULL;
+  if (alignment == 0) alignment = 64;
+  if (alignment & (alignment - 1)) return CM_EINVAL;
+  if (alignment < sizeof(void *)) alignment = sizeof(void *);
+  host_ctx *c = calloc(1, sizeof *c);
+  if (!c) return CM_ENOMEM;
+  c->alignment = alignment;
+  int rc = cm_storage_create(&k_host_ops, c, out);
+  if (rc) free(c);
+  return rc;
+}

@@ -1,0 +1,160 @@
+/*
+ * storage.c - the cm_storage_t wrapper around a backend's cm_storage_ops_t.
+ *
+ * Every call goes through here so the statistics (device allocations, bytes
+ * held, peaks, time in the backend) are kept the same way for every backend.
+ * Sizes are tracked per call: dealloc and unmap take the size from the caller
+ * (the pools know it), so the wrapper needs no per-id table.
+ * Exports: cm_storage_* (public), cm__storage_vm_* (internal, storage_internal.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "storage/storage_internal.h"
+
+int cm_storage_create(const cm_storage_ops_t *ops, void *ctx, cm_storage_t **out) {
+  if (!out) return CM_EINVAL;
+  *out = NULL;
+  if (!ops || !ops->alloc || !ops->dealloc || !ops->get) return CM_EINVAL;
+  cm_storage_t *s = calloc(1, sizeof *s);
+  if (!s) return CM_ENOMEM;
+  s->ops = ops;
+  s->ctx = ctx;
+  *out = s;
+  return CM_OK;
+}
+
+void cm_storage_destroy(cm_storage_t *s) {
+  if (!s) return;
+  if (s->ops->release) s->ops->release(s->ctx);
+  free(s);
+}
+
+void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!s) return;
+  out->allocs = atomic_load(&s->allocs);
+  out->deallocs = atomic_load(&s->deallocs);
+  out->failed_allocs = atomic_load(&s->failed);
+  out->maps = atomic_load(&s->maps);
+  out->unmaps = atomic_load(&s->unmaps);
+  out->bytes_held = atomic_load(&s->bytes_held);
+  out->bytes_held_peak = atomic_load(&s->bytes_held_peak);
+  out->vm_reserved = atomic_load(&s->vm_reserved);
+  out->flushes = atomic_load(&s->flushes);
+  out->gets = atomic_load(&s->gets);
+  out->time_ns = atomic_load(&s->time_ns);
+}
+
+const char *cm_storage_name(const cm_storage_t *s) {
+  return (s && s->ops->name) ? s->ops->name : "storage";
+}
+void *cm_storage_context(const cm_storage_t *s) { return s ? s->ctx : NULL; }
+
+bool cm_storage_has_vm(const cm_storage_t *s) {
+  return s && s->ops->vm_granularity && s->ops->vm_reserve && s->ops->vm_map &&
+         s->ops->vm_unmap && s->ops->vm_release && s->ops->vm_granularity(s->ctx) > 0;
+}
+
+uint64_t cm__storage_alignment(const cm_storage_t *s) {
+  return s->ops->alignment ? s->ops->alignment(s->ctx) : 1;
+}
+
+static void held_add(cm_storage_t *s, uint64_t n) {
+  uint64_t now = atomic_fetch_add_explicit(&s->bytes_held, n, memory_order_relaxed) + n;
+  uint64_t peak = atomic_load_explicit(&s->bytes_held_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak(&s->bytes_held_peak, &peak, now)) {
+  }
+}
+
+/* Time measurement is on only when asked (it costs two clock reads per call). */
+#define TIMED(s, expr)                                                   \
+  do {                                                                   \
+    if ((s)->timing) {                                                   \
+      uint64_t t0__ = cm__now_ns();                                      \
+      expr;                                                              \
+      atomic_fetch_add_explicit(&(s)->time_ns, cm__now_ns() - t0__, memory_order_relaxed); \
+    } else {                                                             \
+      expr;                                                              \
+    }                                                                    \
+  } while (0)
+
+int cm_storage_alloc(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  if (!s || !out_id) return CM_EINVAL;
+  int rc;
+  TIMED(s, rc = s->ops->alloc(s->ctx, size, out_id, diag));
+  if (rc != CM_OK) {
+    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&s->allocs, 1, memory_order_relaxed);
+  held_add(s, size);
+  return CM_OK;
+}
+
+void cm_storage_dealloc(cm_storage_t *s, uint64_t id, uint64_t size) {
+  if (!s) return;
+  TIMED(s, s->ops->dealloc(s->ctx, id));
+  s->unflushed++;
+  atomic_fetch_add_explicit(&s->deallocs, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
+}
+
+int cm_storage_flush(cm_storage_t *s) {
+  if (!s) return CM_EINVAL;
+  if (!s->ops->flush || s->unflushed == 0) return CM_OK;
+  s->unflushed = 0;
+  atomic_fetch_add_explicit(&s->flushes, 1, memory_order_relaxed);
+  int rc;
+  TIMED(s, rc = s->ops->flush(s->ctx));
+  return rc;
+}
+
+int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t offset, uint64_t size,
+                   cm_resource_t *out, cm_diag_t *diag) {
+  if (!s || !out) return CM_EINVAL;
+  atomic_fetch_add_explicit(&s->gets, 1, memory_order_relaxed);
+  return s->ops->get(s->ctx, id, offset, size, out, diag);
+}
+
+void cm_storage_set_timing(cm_storage_t *s, bool on) {
+  if (s) s->timing = on;
+}
+
+uint64_t cm__storage_vm_granularity(cm_storage_t *s) {
+  return cm_storage_has_vm(s) ? s->ops->vm_granularity(s->ctx) : 0;
+}
+
+int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  int rc;
+  TIMED(s, rc = s->ops->vm_reserve(s->ctx, size, out_id, diag));
+  if (rc == CM_OK) atomic_fetch_add_explicit(&s->vm_reserved, size, memory_order_relaxed);
+  return rc;
+}
+
+int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                       cm_diag_t *diag) {
+  int rc;
+  TIMED(s, rc = s->ops->vm_map(s->ctx, id, off, size, diag));
+  if (rc != CM_OK) {
+    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    return rc;
+  }
+  atomic_fetch_add_explicit(&s->maps, 1, memory_order_relaxed);
+  held_add(s, size);
+  return CM_OK;
+}
+
+void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size) {
+  TIMED(s, s->ops->vm_unmap(s->ctx, id, off, size));
+  s->unflushed++;
+  atomic_fetch_add_explicit(&s->unmaps, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
+}
+
+void cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size) {
+  TIMED(s, s->ops->vm_release(s->ctx, id));
+  atomic_fetch_sub_explicit(&s->vm_reserved, size, memory_order_relaxed);
+}

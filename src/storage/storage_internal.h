@@ -1,0 +1,26 @@
+/* storage_internal.h - the cm_storage_t wrapper's layout and internal calls. */
+#ifndef CM_STORAGE_INTERNAL_H
+#define CM_STORAGE_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "cubemem/storage.h"
+
+struct cm_storage {
+  const cm_storage_ops_t *ops;
+  void *ctx;
+  bool timing; /* measure time_ns */
+  uint64_t unflushed; /* dealloc/unmap calls since the last backend flush */
+  _Atomic uint64_t allocs, deallocs, failed, maps, unmaps, bytes_held, bytes_held_peak,
+      vm_reserved, flushes, gets, time_ns;
+};
+
+uint64_t cm__storage_alignment(const cm_storage_t *s);
+uint64_t cm__storage_vm_granularity(cm_storage_t *s);
+int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
+int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                       cm_diag_t *diag);
+void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
+void cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size);
+
+#endif

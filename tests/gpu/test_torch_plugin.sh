@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# test_torch_plugin.sh BUILD_DIR SOURCE_DIR SHARED_DIR - checks of the PyTorch /
+# CuPy plugin that need no GPU (run by ctest):
+#   1. libcubemem_torch.so exports exactly the cubemem_torch_* functions, among
+#      them the two PyTorch's CUDAPluggableAllocator loads, and no cm_ symbol;
+#   2. loaded with ctypes (as PyTorch and plugins/cupy_cubemem.py load it)
+#      with a driver path that does not exist, malloc returns NULL and says why,
+#      free(NULL) and the usage getters are harmless, and nothing crashes.
+# Exit 77 (skip) when the plugin was not built or python3 is missing.
+set -euo pipefail
+BUILD=${1:?usage: test_torch_plugin.sh BUILD_DIR SOURCE_DIR SHARED_DIR}
+SRC=${2:?}
+SO="$BUILD/libcubemem_torch.so"
+[[ -f "$SO" ]] || { echo "SKIP: $SO was not built"; exit 77; }
+
+echo "--- exported symbols"
+SYMS=$(nm -D --defined-only "$SO" | awk 'NF >= 3 && ($2 == "T" || $2 == "W" || $2 == "D" || $2 == "B") { n = $3; sub(/@.*/, "", n); print n }' |
+       grep -Ev '^(_init|_fini|_edata|_end|__bss_start)$' | sort)
+echo "$SYMS"
+EXPECTED=$(printf '%s\n' cubemem_torch_empty_cache cubemem_torch_free cubemem_torch_in_use \
+  cubemem_torch_last_error cubemem_torch_malloc cubemem_torch_peak_reserved \
+  cubemem_torch_report cubemem_torch_reserved | sort)
+if [[ "$SYMS" != "$EXPECTED" ]]; then
+  echo "FAIL: exported symbols differ from the expected set"
+  diff <(echo "$EXPECTED") <(echo "$SYMS") || true
+  exit 1
+fi
+
+command -v python3 >/dev/null || { echo "SKIP (ctypes part): python3 not found"; exit 0; }
+if nm -D --undefined-only "$SO" | grep -Eq '__(asan|tsan|ubsan|msan)_'; then
+  # A sanitizer runtime cannot be loaded into an uninstrumented python.
+  echo "note: sanitizer build; the ctypes part runs only in plain builds"
+  exit 0
+fi
+echo "--- ctypes without a driver"
+CM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 PYTHONPATH="$SRC/plugins" python3 - "$SO" <<'PY'
+import ctypes, sys
+import cupy_cubemem as cc   # importable without CuPy installed
+lib = cc.load(sys.argv[1])
+p = lib.cubemem_torch_malloc(1 << 20, 0, None)
+assert p is None, p
+err = lib.cubemem_torch_last_error().decode()
+print("last error:", err)
+assert "cannot open CUDA device 0" in err, err
+assert "/nonexistent/libcuda.so.1" in err, err
+assert lib.cubemem_torch_malloc(0, 0, None) is None
+assert lib.cubemem_torch_malloc(-5, 0, None) is None
+assert lib.cubemem_torch_malloc(100, 999, None) is None   # device out of range
+lib.cubemem_torch_free(None, 0, 0, None)
+assert cc.reserved(0) == 0 and cc.peak_reserved(0) == 0 and cc.in_use(0) == 0
+cc.empty_cache()
+assert cc.report() == ""
+print("ok")
+PY
+echo "plugin checks: ok"

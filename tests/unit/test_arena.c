@@ -1,0 +1,701 @@
+/*
+ * test_arena.c - the arena pool (CM_POOL_ARENA, pool_arena.c) and the
+ * default layout (CM_PRESET_DEFAULT), through the public manager API.
+ *
+ * Storages: the simulated device (virtual memory with a small granule, so
+ * that granule accounting is exercised with few bytes) and "plain", a
+ * minimal backend defined here without VM operations, which forces the
+ * arena's segment fallback and can be told to fail allocations.
+ *
+ * Scenarios: randomized model checks (random sizes and lifetimes; after
+ * every operation cm_manager_check() must be clean, live ranges must not
+ * overlap and the usage must equal the model's), placement (best fit, low
+ * addresses, determinism), mapping (reserved = mapped granules, unmapping of
+ * free memory, hysteresis: a steady loop maps nothing after its first
+ * iteration), caps, zero-byte and size-limited requests, lazy reservations
+ * (dry runs), storage failures leaving the manager unchanged, segment
+ * release, and the default preset itself.
+ * Exports: main (the test runner).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cm_test.h"
+#include "cubemem/memory.h"
+
+#define KiB (1024ull)
+#define MiB (1024ull * 1024ull)
+#define GiB (1024ull * MiB)
+
+static const cm_device_props_t P = {128 * MiB, 512};
+
+/* ---- a storage without virtual memory ---------------------------------------- */
+
+typedef struct plain {
+  uint64_t next_id;
+  uint64_t sizes[4096]; /* by id; 0 = not live */
+  int fail_next;        /* > 0: that many allocations fail with CM_EOOM */
+} plain;
+
+static int plain_alloc(void *ctx, uint64_t size, uint64_t *out, cm_diag_t *diag) {
+  plain *p = ctx;
+  (void)diag;
+  if (p->fail_next > 0) {
+    p->fail_next--;
+    return CM_EOOM;
+  }
+  if (p->next_id >= 4096) return CM_EOOM;
+  uint64_t id = p->next_id++;
+  p->sizes[id] = size ? size : 1;
+  *out = id;
+  return CM_OK;
+}
+
+static void plain_dealloc(void *ctx, uint64_t id) {
+  plain *p = ctx;
+  if (id < 4096) p->sizes[id] = 0;
+}
+
+static int plain_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
+                     cm_diag_t *diag) {
+  plain *p = ctx;
+  (void)diag;
+  if (id >= 4096 || !p->sizes[id]) return CM_EHANDLE;
+  if (offset > p->sizes[id] || size > p->sizes[id] - offset) return CM_EINVAL;
+  out->addr = (id << 40) + offset;
+  out->host = NULL;
+  out->size = size;
+  return CM_OK;
+}
+
+static void plain_release(void *ctx) { free(ctx); }
+
+static const cm_storage_ops_t k_plain_ops = {
+    .name = "plain",
+    .alloc = plain_alloc,
+    .dealloc = plain_dealloc,
+    .get = plain_get,
+    .release = plain_release,
+};
+
+static cm_storage_t *plain_storage(plain **ctx) {
+  plain *p = calloc(1, sizeof *p);
+  p->next_id = 1;
+  cm_storage_t *s = NULL;
+  if (cm_storage_create(&k_plain_ops, p, &s) != CM_OK) free(p);
+  if (ctx) *ctx = p;
+  return s;
+}
+
+static cm_storage_t *sim(uint64_t capacity, bool fail, uint64_t gran) {
+  cm_storage_t *s = NULL;
+  if (cm_storage_sim_create(capacity, fail, gran, &s) != CM_OK) return NULL;
+  return s;
+}
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static cm_pool_options_t arena(void) {
+  cm_pool_options_t o;
+  memset(&o, 0, sizeof o);
+  o.kind = CM_POOL_ARENA;
+  return o;
+}
+
+static cm_manager_t *mk(cm_storage_t *s, const cm_pool_options_t *pools, size_t n) {
+  cm_manager_config_t cfg;
+  cm_manager_config_init(&cfg);
+  cfg.props = P;
+  cfg.pools = pools;
+  cfg.pool_count = n;
+  cm_manager_t *m = NULL;
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  if (cm_manager_create(s, &cfg, &m, &d) != CM_OK) return NULL;
+  return m;
+}
+
+static cm_manager_t *mk_arena(cm_storage_t *s) {
+  cm_pool_options_t o = arena();
+  return mk(s, &o, 1);
+}
+
+static cm_handle_t res(cm_manager_t *m, uint64_t size) {
+  cm_handle_t h = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  int rc = cm_manager_reserve(m, size, &h, &d);
+  if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "reserve(%llu): %s", (unsigned long long)size,
+                                d.message);
+  return h;
+}
+
+static cm_storage_handle_t where(cm_manager_t *m, cm_handle_t h) {
+  cm_storage_handle_t sh;
+  memset(&sh, 0, sizeof sh);
+  cm_binding_t b = cm_handle_binding(h);
+  if (cm_manager_get_storage(m, b, &sh, NULL) != CM_OK) sh.id = UINT64_MAX;
+  cm_binding_release(b);
+  return sh;
+}
+
+static uint64_t held(cm_manager_t *m) {
+  cm_storage_stats_t st;
+  cm_storage_stats(cm_manager_storage(m), &st);
+  return st.bytes_held;
+}
+
+static cm_storage_stats_t stats(cm_manager_t *m) {
+  cm_storage_stats_t st;
+  cm_storage_stats(cm_manager_storage(m), &st);
+  return st;
+}
+
+static uint64_t reserved(cm_manager_t *m) {
+  cm_usage_t u;
+  cm_manager_usage(m, &u);
+  return u.bytes_reserved;
+}
+
+#define CHECK_CLEAN(m)                                                    \
+  do {                                                                    \
+    cm_diag_t cd__;                                                       \
+    memset(&cd__, 0, sizeof cd__);                                        \
+    size_t bad__ = cm_manager_check((m), &cd__);                          \
+    if (bad__) cm_test_fail(__FILE__, __LINE__, "check: %zu violations: %s", bad__, cd__.message); \
+  } while (0)
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void) {
+  uint64_t x = rng_state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return rng_state = x;
+}
+
+/* A size drawn from a skewed mix: mostly small, some medium, a few large. */
+static uint64_t rnd_size(uint64_t large) {
+  uint64_t k = rnd() % 100;
+  if (k < 5) return 0;
+  if (k < 60) return 1 + rnd() % (8 * KiB);
+  if (k < 90) return 1 + rnd() % (256 * KiB);
+  return 1 + rnd() % large;
+}
+
+/* ---- randomized model checks --------------------------------------------------- */
+
+typedef struct live {
+  cm_handle_t h;
+  uint64_t size, addr;
+} live_t;
+
+static void model_run(cm_manager_t *m, int ops, uint64_t large, bool check_each) {
+  enum { N = 160 };
+  live_t v[N];
+  memset(v, 0, sizeof v);
+  uint64_t in_use = 0, count = 0;
+  for (int i = 0; i < ops; i++) {
+    size_t k = (size_t)(rnd() % N);
+    if (v[k].h.d) {
+      cm_handle_release(v[k].h);
+      in_use -= v[k].size;
+      count--;
+      v[k].h.d = NULL;
+    } else {
+      uint64_t size = rnd_size(large);
+      v[k].h = res(m, size);
+      ASSERT(v[k].h.d != NULL);
+      v[k].size = size;
+      in_use += size;
+      count++;
+      cm_resource_t r = {0};
+      cm_binding_t b = cm_handle_binding(v[k].h);
+      ASSERT_OK(cm_manager_get_resource(m, b, 0, 0, &r, NULL));
+      cm_binding_release(b);
+      v[k].addr = r.addr;
+      for (size_t j = 0; j < N; j++) { /* live ranges never overlap */
+        if (j == k || !v[j].h.d || !size || !v[j].size) continue;
+        bool apart = v[j].addr + v[j].size <= r.addr || r.addr + size <= v[j].addr;
+        if (!apart) cm_test_fail(__FILE__, __LINE__, "op %d: overlap of slots %zu and %zu", i, k, j);
+      }
+    }
+    if (check_each || i % 97 == 0) {
+      CHECK_CLEAN(m);
+      cm_usage_t u;
+      cm_manager_usage(m, &u);
+      EXPECT_EQ(u.bytes_in_use, in_use);
+      EXPECT_EQ(u.number_allocs, count);
+      EXPECT_EQ(u.bytes_reserved, held(m));
+      EXPECT_GE(u.bytes_reserved, in_use);
+    }
+    if (i % 1000 == 999) cm_manager_cleanup(m, (rnd() & 1) != 0);
+  }
+  for (size_t j = 0; j < N; j++)
+    if (v[j].h.d) cm_handle_release(v[j].h);
+  CHECK_CLEAN(m);
+}
+
+static void random_vm_small_granule(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 64 * KiB));
+  ASSERT(m != NULL);
+  model_run(m, 6000, 3 * MiB, true);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 0); /* everything free: every granule unmapped */
+  EXPECT_EQ(reserved(m), 0);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void random_vm_default_granule(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  model_run(m, 6000, 24 * MiB, false);
+  cm_manager_destroy(m);
+}
+
+static void random_segments(void) {
+  cm_manager_t *m = mk_arena(plain_storage(NULL));
+  ASSERT(m != NULL);
+  model_run(m, 6000, 6 * MiB, true);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 0); /* idle segments released */
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void random_segments_fixed_page(void) {
+  cm_pool_options_t o = arena();
+  o.page_size = 4 * MiB; /* requests above it get a segment of their own */
+  cm_manager_t *m = mk(plain_storage(NULL), &o, 1);
+  ASSERT(m != NULL);
+  model_run(m, 4000, 6 * MiB, true);
+  cm_manager_destroy(m);
+}
+
+/* ---- placement ------------------------------------------------------------------- */
+
+static void placement_low_end_and_best_fit(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 1000), x = res(m, 100), b = res(m, 5000), c = res(m, 3000),
+              d = res(m, 100);
+  cm_storage_handle_t wa = where(m, a), wx = where(m, x), wb = where(m, b), wc = where(m, c),
+                      wd = where(m, d);
+  /* carved in order from the low end, each padded to the alignment (512) */
+  EXPECT_EQ(wa.offset, 0);
+  EXPECT_EQ(wx.offset, 1024);
+  EXPECT_EQ(wb.offset, 1536);
+  EXPECT_EQ(wc.offset, 1536 + 5120);
+  EXPECT_EQ(wd.offset, 1536 + 5120 + 3072);
+  EXPECT_EQ(wa.id, wd.id);
+  /* two holes: [0, 1024) and [1536, 6656); 3000 bytes take the only one that
+   * fits, then 900 bytes take the smallest fitting hole, a's */
+  cm_handle_release(b);
+  cm_handle_release(a);
+  cm_handle_t e = res(m, 3000), f = res(m, 900);
+  EXPECT_EQ(where(m, e).offset, 1536);
+  EXPECT_EQ(where(m, f).offset, 0);
+  CHECK_CLEAN(m);
+  /* freeing everything coalesces: the next request starts at 0 again */
+  cm_handle_release(x);
+  cm_handle_release(c);
+  cm_handle_release(d);
+  cm_handle_release(e);
+  cm_handle_release(f);
+  cm_handle_t g = res(m, 64 * KiB);
+  EXPECT_EQ(where(m, g).offset, 0);
+  cm_handle_release(g);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void placement_exact_reuse(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t h[8];
+  for (int i = 0; i < 8; i++) h[i] = res(m, 4096);
+  uint64_t off5 = where(m, h[5]).offset;
+  cm_handle_release(h[5]);
+  cm_handle_t x = res(m, 4000); /* same effective size as the hole */
+  EXPECT_EQ(where(m, x).offset, off5);
+  cm_handle_release(x);
+  for (int i = 0; i < 8; i++)
+    if (i != 5) cm_handle_release(h[i]);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void placement_deterministic(void) {
+  uint64_t offs[2][400];
+  for (int run = 0; run < 2; run++) {
+    rng_state = 12345;
+    cm_manager_t *m = mk_arena(sim(0, false, 0));
+    ASSERT(m != NULL);
+    cm_handle_t v[64];
+    memset(v, 0, sizeof v);
+    for (int i = 0; i < 400; i++) {
+      size_t k = (size_t)(rnd() % 64);
+      if (v[k].d) cm_handle_release(v[k]);
+      v[k] = res(m, rnd_size(8 * MiB));
+      offs[run][i] = where(m, v[k]).offset;
+    }
+    for (int k = 0; k < 64; k++) cm_handle_release(v[k]);
+    cm_manager_destroy(m);
+  }
+  EXPECT(memcmp(offs[0], offs[1], sizeof offs[0]) == 0);
+}
+
+static void zero_and_limits(void) {
+  cm_pool_options_t o = arena();
+  o.max_alloc_size = 1 * MiB;
+  cm_manager_t *m = mk(sim(0, false, 0), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t z1 = res(m, 0), z2 = res(m, 0);
+  EXPECT(where(m, z1).offset != where(m, z2).offset); /* distinct slices */
+  cm_handle_t h = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_STATUS(cm_manager_reserve(m, 1 * MiB + 1, &h, &d), CM_ETOOBIG);
+  EXPECT(h.d == NULL);
+  cm_handle_t ok = res(m, 1 * MiB);
+  cm_usage_t u;
+  cm_manager_usage(m, &u);
+  EXPECT_EQ(u.number_allocs, 3);
+  EXPECT_EQ(u.bytes_in_use, 1 * MiB);
+  cm_handle_release(z1);
+  cm_handle_release(z2);
+  cm_handle_release(ok);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+/* ---- virtual memory ---------------------------------------------------------------- */
+
+static void vm_reserved_is_mapped_granules(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0)); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 100);
+  EXPECT_EQ(held(m), 2 * MiB); /* one granule for a tiny request */
+  EXPECT_EQ(reserved(m), 2 * MiB);
+  cm_handle_t b = res(m, 5 * MiB); /* [512, 512 + 5 MiB) spans granules 0..2 */
+  EXPECT_EQ(held(m), 6 * MiB);
+  EXPECT_EQ(stats(m).allocs, 0); /* nothing but maps */
+  EXPECT_GE(stats(m).maps, 2);
+  cm_pool_report_t r;
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_EQ(r.pages, 1); /* one address range */
+  EXPECT_EQ(r.usage.bytes_reserved, 6 * MiB);
+  cm_handle_release(a);
+  cm_handle_release(b);
+  CHECK_CLEAN(m);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 0);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_unmaps_before_growing(void) {
+  /* Phase 1 holds 64 blocks of 4 MiB, every other one freed: 128 MiB of
+   * free mapped holes that a 16 MiB request cannot use. Mapping for phase 2
+   * unmaps them first, so bytes held stay near the live bytes. */
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t h[64];
+  for (int i = 0; i < 64; i++) h[i] = res(m, 4 * MiB);
+  for (int i = 0; i < 64; i += 2) cm_handle_release(h[i]);
+  uint64_t live = 32 * 4 * MiB;
+  cm_handle_t big[8];
+  for (int i = 0; i < 8; i++) big[i] = res(m, 16 * MiB);
+  live += 8 * 16 * MiB;
+  CHECK_CLEAN(m);
+  EXPECT_LE(held(m), live + live / 16);
+  EXPECT_GT(stats(m).unmaps, 0);
+  for (int i = 1; i < 64; i += 2) cm_handle_release(h[i]);
+  for (int i = 0; i < 8; i++) cm_handle_release(big[i]);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_steady_loop_maps_once(void) {
+  /* A training-step-like loop: persistent weights, then activations of
+   * varied sizes allocated and freed in a fixed pattern. Granules trimmed in
+   * the first iteration and re-mapped in the second raise the hysteresis
+   * budget; from then on the driver is never called again. */
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t w[16];
+  for (int i = 0; i < 16; i++) w[i] = res(m, (uint64_t)(i + 1) * 3 * MiB + 1000);
+  uint64_t maps_after_first = 0, unmaps_after_first = 0;
+  for (int it = 0; it < 10; it++) {
+    cm_handle_t act[40];
+    for (int i = 0; i < 40; i++) act[i] = res(m, (uint64_t)((i * 7) % 13 + 1) * MiB + 4096 * (uint64_t)i);
+    for (int i = 0; i < 40; i += 3) cm_handle_release(act[i]);
+    cm_handle_t g[10];
+    for (int i = 0; i < 10; i++) g[i] = res(m, (uint64_t)(i + 2) * 2 * MiB);
+    for (int i = 0; i < 40; i++)
+      if (i % 3) cm_handle_release(act[i]);
+    for (int i = 0; i < 10; i++) cm_handle_release(g[i]);
+    if (it == 1) { /* warm-up: the first iteration trims what the second re-maps */
+      maps_after_first = stats(m).maps;
+      unmaps_after_first = stats(m).unmaps;
+    }
+    CHECK_CLEAN(m);
+  }
+  EXPECT_EQ(stats(m).maps, maps_after_first);
+  EXPECT_EQ(stats(m).unmaps, unmaps_after_first);
+  for (int i = 0; i < 16; i++) cm_handle_release(w[i]);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_growth_batches_maps(void) {
+  /* 2000 small requests in a row: far fewer map calls than requests */
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  static cm_handle_t h[2000];
+  for (int i = 0; i < 2000; i++) h[i] = res(m, 300 * KiB + (uint64_t)i);
+  EXPECT_LE(stats(m).maps, 2000 / 4);
+  cm_usage_t u;
+  cm_manager_usage(m, &u);
+  EXPECT_LE(held(m), u.bytes_in_use + u.bytes_in_use / 32 + 4 * MiB);
+  for (int i = 0; i < 2000; i++) cm_handle_release(h[i]);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_periodic_trim(void) {
+  cm_pool_options_t o = arena();
+  o.dealloc_period = 50;
+  o.has_dealloc_period = true;
+  cm_manager_t *m = mk(sim(0, false, 0), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t big = res(m, 256 * MiB);
+  cm_handle_release(big);
+  uint64_t before = held(m);
+  EXPECT_GE(before, 256 * MiB);
+  /* small traffic for two periods: the idle 256 MiB are given back */
+  for (int i = 0; i < 200; i++) cm_handle_release(res(m, 4096));
+  EXPECT_LT(held(m), 16 * MiB);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_cap(void) {
+  cm_pool_options_t o = arena();
+  o.max_pool_size = 16 * MiB;
+  o.has_max_pool_size = true;
+  cm_manager_t *m = mk(sim(0, false, 0), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 10 * MiB);
+  cm_handle_t b = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_STATUS(cm_manager_reserve(m, 7 * MiB, &b, &d), CM_ECAPACITY);
+  EXPECT_CONTAINS(d.message, "capacity");
+  EXPECT(b.d == NULL);
+  CHECK_CLEAN(m);
+  cm_handle_t c = res(m, 5 * MiB); /* fits under the cap */
+  EXPECT_LE(held(m), 16 * MiB);
+  cm_handle_release(a);
+  /* the freed granules count against the cap only until they are reused */
+  cm_handle_t e = res(m, 10 * MiB);
+  EXPECT_LE(held(m), 16 * MiB);
+  cm_handle_release(c);
+  cm_handle_release(e);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_map_failure_leaves_state(void) {
+  /* the device holds 8 MiB: a request that needs more fails with CM_EOOM
+   * and the manager is unchanged */
+  cm_manager_t *m = mk_arena(sim(8 * MiB, true, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 3 * MiB);
+  cm_usage_t u0;
+  cm_manager_usage(m, &u0);
+  cm_handle_t b = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_STATUS(cm_manager_reserve(m, 6 * MiB, &b, &d), CM_EOOM);
+  EXPECT(b.d == NULL);
+  cm_usage_t u1;
+  cm_manager_usage(m, &u1);
+  EXPECT_EQ(u1.number_allocs, u0.number_allocs);
+  EXPECT_EQ(u1.bytes_in_use, u0.bytes_in_use);
+  EXPECT_EQ(u1.bytes_reserved, held(m));
+  CHECK_CLEAN(m);
+  cm_handle_t c = res(m, 4 * MiB); /* what fits still works */
+  EXPECT(c.d != NULL);
+  cm_handle_release(a);
+  cm_handle_release(c);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void vm_lazy_dry_run(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_manager_dry_run_begin(m);
+  cm_handle_t a = res(m, 6 * MiB);
+  cm_manager_dry_run_end(m);
+  EXPECT_EQ(held(m), 0); /* placed, not mapped */
+  cm_pool_report_t r;
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_EQ(r.pages_unmapped, 1);
+  CHECK_CLEAN(m);
+  cm_storage_handle_t w = where(m, a); /* materializes */
+  EXPECT_EQ(w.offset, 0);
+  EXPECT_EQ(held(m), 6 * MiB);
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_EQ(r.pages_unmapped, 0);
+  CHECK_CLEAN(m);
+  cm_handle_release(a);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+/* ---- segments (no VM) ----------------------------------------------------------- */
+
+static void segments_grow_and_release(void) {
+  plain *ctx;
+  cm_manager_t *m = mk_arena(plain_storage(&ctx));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 1000);
+  EXPECT_EQ(stats(m).allocs, 1);
+  EXPECT_EQ(held(m), 2 * MiB); /* the smallest segment */
+  cm_handle_t b = res(m, 1000);
+  EXPECT_EQ(stats(m).allocs, 1); /* same segment */
+  EXPECT_EQ(where(m, b).offset, 1024);
+  cm_handle_t big = res(m, 5 * MiB); /* does not fit: a segment of its own */
+  EXPECT_EQ(stats(m).allocs, 2);
+  EXPECT_NE(where(m, big).id, where(m, a).id);
+  CHECK_CLEAN(m);
+  cm_handle_release(big);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 2 * MiB); /* the idle segment went back */
+  EXPECT_EQ(stats(m).deallocs, 1);
+  /* a failing device: the error comes back and nothing changes */
+  ctx->fail_next = 1;
+  cm_handle_t c = {NULL};
+  EXPECT_STATUS(cm_manager_reserve(m, 8 * MiB, &c, NULL), CM_EOOM);
+  EXPECT(c.d == NULL);
+  CHECK_CLEAN(m);
+  cm_handle_release(a);
+  cm_handle_release(b);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 0);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void segments_cap(void) {
+  cm_pool_options_t o = arena();
+  o.max_pool_size = 6 * MiB;
+  o.has_max_pool_size = true;
+  cm_manager_t *m = mk(plain_storage(NULL), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 3 * MiB);
+  cm_handle_t b = res(m, 3 * MiB);
+  cm_handle_t c = {NULL};
+  EXPECT_STATUS(cm_manager_reserve(m, 1 * MiB, &c, NULL), CM_ECAPACITY);
+  EXPECT_LE(held(m), 6 * MiB);
+  cm_handle_release(a);
+  cm_handle_release(b);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+/* ---- the default layout ----------------------------------------------------------- */
+
+static void default_preset_is_one_arena(void) {
+  cm_pool_options_t pools[8];
+  size_t n = 0;
+  cm_device_props_t props = {20 * GiB, 512};
+  ASSERT_OK(cm_pools_preset(CM_PRESET_DEFAULT, props, pools, 8, &n));
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(pools[0].kind, CM_POOL_ARENA);
+  EXPECT_EQ(pools[0].max_alloc_size, 0); /* every size */
+  EXPECT(!pools[0].has_max_pool_size);
+  /* cap too small: count reported, CM_EINVAL */
+  EXPECT_STATUS(cm_pools_preset(CM_PRESET_DEFAULT, props, pools, 0, &n), CM_EINVAL);
+  EXPECT_EQ(n, 1);
+  /* a manager built without a pool list gets it */
+  cm_manager_config_t cfg;
+  cm_manager_config_init(&cfg);
+  cfg.props = props;
+  cm_manager_t *m = NULL;
+  ASSERT_OK(cm_manager_create(sim(0, false, 0), &cfg, &m, NULL));
+  EXPECT_EQ(cm_manager_pool_count(m), 1);
+  cm_handle_t h = res(m, 0), g = res(m, 3 * GiB);
+  CHECK_CLEAN(m);
+  cm_handle_release(h);
+  cm_handle_release(g);
+  cm_manager_destroy(m);
+}
+
+static void destroy_with_live_handles(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 1000), b = res(m, 3 * MiB);
+  cm_manager_destroy(m); /* handles outlive the manager as objects */
+  cm_handle_release(a);
+  cm_handle_release(b);
+}
+
+static void install_replaces_arena(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 1000);
+  cm_pool_options_t o = arena();
+  EXPECT_STATUS(cm_manager_install_pools(m, &o, 1, NULL), CM_EBUSY);
+  cm_handle_release(a);
+  ASSERT_OK(cm_manager_install_pools(m, &o, 1, NULL));
+  EXPECT_EQ(held(m), 0);
+  EXPECT_EQ(reserved(m), 0);
+  cm_handle_t b = res(m, 1000);
+  EXPECT_EQ(where(m, b).offset, 0);
+  cm_handle_release(b);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
+static void display_mentions_regions(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 1000);
+  char buf[4096];
+  size_t n = cm_manager_display(m, buf, sizeof buf);
+  EXPECT_GT(n, 0);
+  EXPECT_CONTAINS(buf, "Arena Pool");
+  EXPECT_CONTAINS(buf, "Region");
+  cm_handle_release(a);
+  cm_manager_destroy(m);
+}
+
+int main(void) {
+  CM_RUN(random_vm_small_granule);
+  CM_RUN(random_vm_default_granule);
+  CM_RUN(random_segments);
+  CM_RUN(random_segments_fixed_page);
+  CM_RUN(placement_low_end_and_best_fit);
+  CM_RUN(placement_exact_reuse);
+  CM_RUN(placement_deterministic);
+  CM_RUN(zero_and_limits);
+  CM_RUN(vm_reserved_is_mapped_granules);
+  CM_RUN(vm_unmaps_before_growing);
+  CM_RUN(vm_steady_loop_maps_once);
+  CM_RUN(vm_growth_batches_maps);
+  CM_RUN(vm_periodic_trim);
+  CM_RUN(vm_cap);
+  CM_RUN(vm_map_failure_leaves_state);
+  CM_RUN(vm_lazy_dry_run);
+  CM_RUN(segments_grow_and_release);
+  CM_RUN(segments_cap);
+  CM_RUN(default_preset_is_one_arena);
+  CM_RUN(destroy_with_live_handles);
+  CM_RUN(install_replaces_arena);
+  CM_RUN(display_mentions_regions);
+  return cm_test_finish();
+}
