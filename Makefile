@@ -5,11 +5,16 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TRACE ?= examples/torch-cpu-gpt-train.csv
 
-.PHONY: all build test run install clean asan tsan valgrind fuzz bench format
+.PHONY: all deps build test run install clean asan tsan valgrind fuzz bench format
 
 all: build
 
-$(BUILD)/build.ninja:
+# Install the build tools on first use when they are missing (Debian).
+deps:
+	@command -v cmake >/dev/null && command -v ninja >/dev/null && command -v cc >/dev/null \
+	  || bash tools/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 
 build: $(BUILD)/build.ninja
@@ -37,7 +42,7 @@ tsan:
 	cd build-tsan && ctest --output-on-failure -L 'stress|unit' -j $(JOBS)
 
 valgrind: build
-	cd $(BUILD) && ctest --output-on-failure -L unit -T memcheck --overwrite MemoryCheckCommandOptions="--leak-check=full --error-exitcode=1"
+	cd $(BUILD) && ctest --output-on-failure -L unit -j $(JOBS) -T memcheck --overwrite MemoryCheckCommand=$$(command -v valgrind) --overwrite MemoryCheckCommandOptions="--leak-check=full --error-exitcode=1"
 
 fuzz:
 	bash fuzz/run.sh

@@ -7,4 +7,10 @@
 #include "cubemem/memory.h"
 #include "cubemem/config.h"
 #include "cubemem/toml.h"
+#include "cubemem/device.h"
+#include "cubemem/dropqueue.h"
+#include "cubemem/replay.h"
+#include "cubemem/cuda.h"
+#include "cubemem/ptr.h"
+#include "cubemem/faulty.h"
 #endif

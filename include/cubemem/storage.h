@@ -124,6 +124,18 @@ CM_API CM_NODISCARD int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t of
  * because it costs two clock reads per call. */
 CM_API void cm_storage_set_timing(cm_storage_t *s, bool on);
 
+/* Events (for cross-stream pins and drop-queue fences). A storage without
+ * event support records NULL events, which count as complete. */
+/* Record an event after the work queued so far; *out may be NULL (no events).
+ * Errors: the backend's status with diag. */
+CM_API CM_NODISCARD int cm_storage_event_record(cm_storage_t *s, void **out, cm_diag_t *diag);
+/* 1 when complete (NULL events always are), 0 when pending, <0 on error. */
+CM_API int cm_storage_event_query(cm_storage_t *s, void *event);
+/* Wait for completion. CM_OK, or the backend's error. */
+CM_API int cm_storage_event_sync(cm_storage_t *s, void *event);
+/* Destroy an event (NULL ok). */
+CM_API void cm_storage_event_destroy(cm_storage_t *s, void *event);
+
 /* ---- built-in storages --------------------------------------------------- */
 
 /* Host storage: real, zero-filled, `alignment`-aligned host memory (alignment

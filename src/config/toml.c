@@ -155,6 +155,16 @@ const cm_toml_value_t *cm_toml_doc_root(const cm_toml_doc_t *doc) {
   return doc ? doc->root : NULL;
 }
 
+/* Thread-safe strerror. */
+static const char *errno_text(int e, char *buf, size_t n) {
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+  return strerror_r(e, buf, n);
+#else
+  snprintf(buf, n, "errno %d", e);
+  return buf;
+#endif
+}
+
 int cm_toml_parse_file(const char *path, cm_toml_doc_t **out, cm_diag_t *diag) {
   if (!path || !out) return CM_EINVAL;
   FILE *f = fopen(path, "rb");
@@ -194,8 +204,9 @@ int cm_toml_parse_file(const char *path, cm_toml_doc_t **out, cm_diag_t *diag) {
   } else if (diag) {
     memset(diag, 0, sizeof *diag);
     diag->code = rc;
+    char ebuf[128];
     snprintf(diag->message, sizeof diag->message, "cannot read '%s': %s", path,
-             rc == CM_ENOMEM ? "out of memory" : strerror(saved_errno));
+             rc == CM_ENOMEM ? "out of memory" : errno_text(saved_errno, ebuf, sizeof ebuf));
   }
   if (rc != CM_OK && diag) {
     size_t n = strlen(path);

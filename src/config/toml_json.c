@@ -17,6 +17,7 @@
 #include "toml_internal.h"
 
 #include <inttypes.h>
+#include <locale.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,16 @@ static void format_float(double f, char *buf, size_t cap) {
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, cap, "%.*g", prec, f);
     if (strtod(buf, NULL) == f) break;
+  }
+  /* printf honours LC_NUMERIC: turn the locale's decimal point into '.' */
+  const char *dp = localeconv()->decimal_point;
+  if (dp && *dp && strcmp(dp, ".") != 0) {
+    char *at = strstr(buf, dp);
+    if (at) {
+      size_t dl = strlen(dp);
+      *at = '.';
+      memmove(at + 1, at + dl, strlen(at + dl) + 1);
+    }
   }
   /* make sure it reads as a float ("1" -> "1.0") */
   if (!strpbrk(buf, ".eEn")) {

@@ -37,6 +37,7 @@
  */
 #include "toml_internal.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -662,9 +663,14 @@ static int parse_number(parser_t *p, size_t off, const char *t, size_t len,
   }
   if (pos != len) goto invalid;
   if (is_float) {
+    /* strtod honours LC_NUMERIC: spell the decimal point the locale's way */
+    const char *dp = localeconv()->decimal_point;
+    if (!dp || !*dp) dp = ".";
     p->buf.len = 0;
     for (size_t k = 0; k < len; k++) {
-      if (t[k] != '_' && sb_addc(&p->buf, t[k]) != CM_OK) return CM_ENOMEM;
+      if (t[k] == '_') continue;
+      int arc = t[k] == '.' ? sb_add(&p->buf, dp, strlen(dp)) : sb_addc(&p->buf, t[k]);
+      if (arc != CM_OK) return CM_ENOMEM;
     }
     p->buf.ptr[p->buf.len] = '\0';
     cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);

@@ -42,11 +42,7 @@ int cm_handle_new(cm_handle_t *out) {
   return CM_OK;
 }
 
-cm_handle_t cm__desc_take_handle(cm_desc_t *d) {
-  atomic_fetch_add_explicit(&d->state, CM__RC_ONE, memory_order_relaxed);
-  atomic_fetch_add_explicit(&d->hc, 1, memory_order_relaxed);
-  return (cm_handle_t){d};
-}
+void cm__desc_free(cm_desc_t *d) { free(d); }
 
 static void push_inbox(cm_desc_t *d) {
   cm__inbox *in = atomic_load_explicit(&d->inbox, memory_order_acquire);
@@ -57,31 +53,20 @@ static void push_inbox(cm_desc_t *d) {
                                                   memory_order_relaxed));
 }
 
-/* Drop one user reference. */
+/* Drop one user reference: one fetch_sub on the common path. When rc reaches
+ * zero on an owned descriptor this thread alone may queue it (the manager
+ * takes a slice again only after draining it), so QUEUED is set with a
+ * fetch_or and the descriptor pushed unless it already was queued. */
 static void desc_unref(cm_desc_t *d) {
-  uint64_t s = atomic_load_explicit(&d->state, memory_order_relaxed);
-  for (;;) {
-    uint64_t rc = s >> 2;
-    uint64_t next;
-    if (rc > 1) {
-      next = s - CM__RC_ONE;
-    } else if (s & CM__OWNED) {
-      next = (s - CM__RC_ONE) | CM__QUEUED;
-    } else {
-      next = s - CM__RC_ONE;
-    }
-    if (atomic_compare_exchange_weak_explicit(&d->state, &s, next, memory_order_acq_rel,
-                                              memory_order_relaxed)) {
-      if (rc == 1) {
-        if (s & CM__OWNED) {
-          if (!(s & CM__QUEUED)) push_inbox(d);
-        } else if (next == 0) {
-          free(d);
-        }
-      }
-      return;
-    }
+  uint64_t old = atomic_fetch_sub_explicit(&d->state, CM__RC_ONE, memory_order_acq_rel);
+  if (old >= 2 * CM__RC_ONE) return;                 /* other references remain */
+  if (old == CM__RC_ONE) {                            /* unowned, unqueued: last one */
+    free(d);
+    return;
   }
+  if (!(old & CM__OWNED)) return;                     /* unowned but queued: drain frees */
+  uint64_t prev = atomic_fetch_or_explicit(&d->state, CM__QUEUED, memory_order_acq_rel);
+  if (!(prev & CM__QUEUED)) push_inbox(d);
 }
 
 void cm__desc_detach(cm_desc_t *d) {
@@ -94,28 +79,6 @@ void cm__desc_detach(cm_desc_t *d) {
 void cm__desc_attach(cm_desc_t *d, cm__inbox *inbox) {
   atomic_store_explicit(&d->inbox, inbox, memory_order_release);
   atomic_fetch_or_explicit(&d->state, CM__OWNED, memory_order_acq_rel);
-}
-
-cm_desc_t *cm__inbox_take(cm__inbox *in) {
-  cm_desc_t *list = atomic_exchange_explicit(&in->head, NULL, memory_order_acquire);
-  cm_desc_t *rev = NULL; /* reverse: release order */
-  while (list) {
-    cm_desc_t *n = list->next;
-    list->next = rev;
-    rev = list;
-    list = n;
-  }
-  return rev;
-}
-
-bool cm__desc_drained(cm_desc_t *d) {
-  uint64_t old = atomic_fetch_and_explicit(&d->state, ~CM__QUEUED, memory_order_acq_rel);
-  uint64_t now = old & ~CM__QUEUED;
-  if (now == 0) { /* detached while queued and unreferenced */
-    free(d);
-    return false;
-  }
-  return now == CM__OWNED; /* owned, rc 0 */
 }
 
 cm_handle_t cm_handle_clone(cm_handle_t h) {

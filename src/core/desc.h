@@ -51,8 +51,12 @@ struct cm_desc {
 /* Allocate a descriptor with rc = 0 (no user reference) and OWNED, for a pool
  * slice. NULL on host OOM. */
 cm_desc_t *cm__desc_new_owned(cm__inbox *inbox);
-/* Give the pool's descriptor a first user handle (rc 0 -> 1, hc 0 -> 1). */
-cm_handle_t cm__desc_take_handle(cm_desc_t *d);
+/* Give the pool's descriptor a user handle (rc and hc + 1). */
+static inline cm_handle_t cm__desc_take_handle(cm_desc_t *d) {
+  atomic_fetch_add_explicit(&d->state, CM__RC_ONE, memory_order_relaxed);
+  atomic_fetch_add_explicit(&d->hc, 1, memory_order_relaxed);
+  return (cm_handle_t){d};
+}
 /* Owner thread drops ownership; frees the descriptor if nothing refers to it. */
 void cm__desc_detach(cm_desc_t *d);
 /* Make an unowned descriptor owned (bind); rc unchanged. */
@@ -60,10 +64,30 @@ void cm__desc_attach(cm_desc_t *d, cm__inbox *inbox);
 /* Pop everything queued, in release order. Each returned descriptor has had
  * QUEUED cleared; the caller checks cm__desc_is_free / frees stale ones via
  * cm__desc_drained. */
-cm_desc_t *cm__inbox_take(cm__inbox *in);
+static inline cm_desc_t *cm__inbox_take(cm__inbox *in) {
+  if (!atomic_load_explicit(&in->head, memory_order_relaxed)) return NULL;
+  cm_desc_t *list = atomic_exchange_explicit(&in->head, NULL, memory_order_acquire);
+  cm_desc_t *rev = NULL; /* reverse: release order */
+  while (list) {
+    cm_desc_t *n = list->next;
+    list->next = rev;
+    rev = list;
+    list = n;
+  }
+  return rev;
+}
 /* Handle one drained descriptor: returns true if it is owned and free (the
  * caller marks its slice free); frees unowned unreferenced ones. */
-bool cm__desc_drained(cm_desc_t *d);
+void cm__desc_free(cm_desc_t *d);
+static inline bool cm__desc_drained(cm_desc_t *d) {
+  uint64_t old = atomic_fetch_and_explicit(&d->state, ~CM__QUEUED, memory_order_acq_rel);
+  uint64_t now = old & ~CM__QUEUED;
+  if (now == 0) { /* detached while queued and unreferenced */
+    cm__desc_free(d);
+    return false;
+  }
+  return now == CM__OWNED; /* owned, rc 0 */
+}
 static inline uint64_t cm__desc_rc(const cm_desc_t *d) {
   return atomic_load_explicit(&((cm_desc_t *)d)->state, memory_order_acquire) >> 2;
 }

@@ -204,11 +204,11 @@ static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, 
   return CM_EINVAL;
 }
 
-static void update_periodic(cm_manager_t *m) {
-  m->periodic = false;
+static void update_next_cleanup(cm_manager_t *m) {
+  uint64_t next = UINT64_MAX;
   for (size_t i = 0; i < m->npools; i++)
-    if (m->pools[i]->opts.has_dealloc_period || m->pools[i]->opts.kind == CM_POOL_ARENA)
-      m->periodic = true;
+    if (m->pools[i]->next_cleanup < next) next = m->pools[i]->next_cleanup;
+  m->next_cleanup = next;
 }
 
 /* Build a pool list into out[]; on failure nothing is left allocated. */
@@ -271,7 +271,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
     return rc;
   }
   m->npools = n;
-  update_periodic(m);
+  update_next_cleanup(m);
   log_pools(m);
   *out = m;
   return CM_OK;
@@ -307,11 +307,11 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
   if (m->capturing) return;
   if (explicit_cleanup)
     m->persistent->vt->cleanup(m->persistent, m->alloc_reserve_count, true, serving);
-  if (explicit_cleanup || m->periodic)
-    for (size_t i = 0; i < m->npools; i++)
-      m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
-                               i == target ? serving : UINT64_MAX);
-  cm_storage_flush(m->storage);
+  for (size_t i = 0; i < m->npools; i++)
+    m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
+                             i == target ? serving : UINT64_MAX);
+  update_next_cleanup(m);
+  if (m->storage->unflushed || explicit_cleanup) cm_storage_flush(m->storage);
 }
 
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
@@ -382,7 +382,10 @@ int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag
   cm__manager_drain(m);
   m->alloc_reserve_count++;
   size_t first = route(m, size);
-  if (!m->capturing) cleanup_impl(m, false, size, first);
+  if (m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
+    cleanup_impl(m, false, size, first);
+  else if (m->storage->unflushed)
+    cm_storage_flush(m->storage); /* deferred frees from the last call's pool work */
   bool lazy = m->dry_runs > 0;
   bool P = m->mode == CM_MODE_PERSISTENT;
   bool S = m->pm == CM_PERSISTENT_SIZE_MATCH;
@@ -589,7 +592,7 @@ int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools, si
   for (size_t i = 0; i < m->npools; i++) m->pools[i]->vt->destroy(m->pools[i]);
   memcpy(m->pools, fresh, n * sizeof fresh[0]);
   m->npools = n;
-  update_periodic(m);
+  update_next_cleanup(m);
   memset(m->capacity_warned, 0, sizeof m->capacity_warned);
   cm_storage_flush(m->storage);
   log_pools(m);

@@ -18,7 +18,7 @@ struct cm_manager {
   cm_persistent_memory_t pm;
   cm_logger_t *logger;         /* borrowed */
   cm_log_level_t log_level;    /* cached: the logger's level is immutable */
-  bool periodic;               /* some dynamic pool has a dealloc_period */
+  uint64_t next_cleanup;       /* min of the dynamic pools' next_cleanup */
   uint8_t capacity_warned[32]; /* bitset over pool positions */
   uint64_t warnings;
   /* capture (spec §5.8) */

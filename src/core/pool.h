@@ -57,7 +57,8 @@ typedef struct cm__pool_vt {
   void (*take_free)(cm__pool *p, cm__slice *s);
   /* Periodic (explicit=false) or explicit cleanup. `alloc_nr` counts
    * reservations; `serving` is the size being reserved (periodic release skips
-   * memory that would serve it), UINT64_MAX when none. */
+   * memory that would serve it), UINT64_MAX when none. Must set
+   * p->next_cleanup. */
   void (*cleanup)(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving);
   /* Back a lazily reserved slice with storage (spec §6). */
   int (*materialize)(cm__pool *p, cm__slice *s, cm_diag_t *diag);
@@ -81,6 +82,10 @@ struct cm__pool {
   uint64_t alignment;     /* pool alignment (>= 1) */
   cm_usage_t usage;       /* kept incrementally */
   uint64_t pages, pages_peak, pages_unmapped, largest_alloc, reserved_peak;
+  /* Reservation count at which this pool's periodic cleanup is next due
+   * (UINT64_MAX: never). Each cleanup() call updates it; the manager calls
+   * the periodic cleanup only once the earliest pool is due. */
+  uint64_t next_cleanup;
 };
 
 /* ---- constructors (one per kind) ---- */

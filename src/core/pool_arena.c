@@ -4,33 +4,48 @@
  * only where live data is.
  *
  * Regions. With a storage that has virtual memory (power-of-two granule G),
- * a region is one reserved address range (auto: G * 2^17 bytes, 256 GiB for
- * 2 MiB granules) whose granules are mapped on demand; reserved bytes are
- * the mapped granules. Without VM support a region is a segment obtained with
- * cm_storage_alloc (auto-sized, see seg_size) and counts whole. A request that
- * fits no region opens a new one.
+ * a region is one reserved address range (page_size when given, else
+ * G * 2^17 bytes: 256 GiB for 2 MiB granules) whose granules are mapped on
+ * demand; reserved bytes are the mapped granules. Without VM support a region
+ * is a segment obtained with cm_storage_alloc and counts whole. A request
+ * that fits no region opens a new one. Caps (max_pool_size) bound the mapped
+ * or allocated bytes; max_alloc_size (0 = none) bounds requests; zero-byte
+ * requests take one alignment unit.
  *
  * Placement. Every region is tiled by blocks (used and free) linked in
  * address order; free neighbours are merged at once. Free blocks sit in
- * segregated lists: 60 power-of-two groups x 32 linear sub-bins (TLSF-style,
+ * segregated lists: 62 power-of-two groups x 8 linear sub-bins (TLSF-style,
  * two-level bitmaps). A request of span s scans the first entries of its own
- * bin for the best fit (exact fits stop the scan), then takes the head of the
- * next non-empty bin, and is carved from the low end of the block. Lists are
- * LIFO, so placement depends only on the sequence of calls (deterministic).
+ * bin for the best fit (an exact fit stops the scan; ties go to the lower
+ * address), else takes the next non-empty bin's head, and is carved from the
+ * low end of the block: the used part gets a recycled node, the free rest
+ * keeps its node and list position unless its bin changes. Lists are LIFO, so
+ * placement depends only on the sequence of calls (deterministic).
  *
  * Mapping (VM regions). Per granule: `mapped` and `fm` (free and mapped)
  * bits, and `cnt` = used blocks having the granule as their first or last
  * granule. A used block owns its interior granules alone, so only boundary
  * granules need counts: placing or freeing a block is O(1) counter updates
  * plus word-wide bit operations over its range. try_reserve succeeds only
- * when the chosen range is mapped already; otherwise alloc maps the missing
- * runs (one call per run, extended up to `ext` granules ahead inside the same
- * free block to batch growth). Hysteresis: before mapping, free mapped
- * granules beyond a budget H are unmapped, highest addresses first, so the
- * mapped total never grows while unused mapped memory sits elsewhere, yet a
- * steady loop that fits in what is mapped calls the driver no more. The
- * periodic cleanup unmaps free granules that stayed unused for a whole period
- * (low-water of the free mapped count), the explicit cleanup everything free.
+ * with memory that is mapped already (the best fit, else a fitting block
+ * whose range is mapped among the next ALT_LIMIT candidates); otherwise alloc
+ * maps the best fit's missing runs (one call per run, extended by up to
+ * mapped/512 granules ahead inside the same free block to batch growth).
+ * Hysteresis: before mapping, free mapped granules beyond a budget are
+ * unmapped, highest addresses first, so the mapped total does not grow while
+ * unused mapped memory sits elsewhere. The budget is 1 + mapped/256 granules
+ * plus a feedback term: granules mapped again within REGRET_WINDOW
+ * reservations of being trimmed raise it (capped at mapped/16), maps without
+ * such regret let it decay; so a steady loop stops calling the driver once
+ * its second iteration has re-mapped what the first trimmed. The periodic
+ * cleanup unmaps what stayed free for a whole period (low-water mark of the
+ * free mapped count); the explicit cleanup unmaps everything free and gives
+ * back address ranges with nothing in use.
+ *
+ * Segments (no VM). A new segment is max(request, held/4 clamped to
+ * [2 MiB, 1 GiB]) or page_size when given; entirely free segments are given
+ * back before growing, by the explicit cleanup, and by the periodic cleanup
+ * once idle for a whole period. Lazy (dry-run) reservations are eager here.
  *
  * Descriptors. Each block keeps its descriptor; a block merged away goes to a
  * bounded spare list with its (unreferenced, owned) descriptor, and splits
@@ -66,6 +81,9 @@
 #define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
 #define EXT_SHIFT 9        /* growth maps extend by up to mapped >> EXT_SHIFT granules */
 #define SPARE_MAX 4096     /* recycled block nodes kept */
+/* Largest VM region, in granules (4 TiB at 2 MiB): bounds the per-granule
+ * metadata, so an absurd request fails before any host allocation. */
+#define MAX_REGION_GRANULES (1ull << 21)
 #define DEFAULT_PERIOD 5000 /* reservations between periodic trims */
 #define REGION_GRANULES (1ull << 17)
 #define SEG_MIN (2ull << 20)
@@ -551,8 +569,11 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
   if (a->vm) {
     uint64_t size = a->base.opts.page_size ? a->base.opts.page_size : a->gran * REGION_GRANULES;
     if (size < s) size = s;
-    if (!cm__round_up(size, a->gran, &size)) {
-      rc = cm__diag_set(diag, CM_ETOOBIG, "an allocation of %" PRIu64 " bytes is too large", s);
+    if (!cm__round_up(size, a->gran, &size) || (size >> a->gshift) > MAX_REGION_GRANULES) {
+      rc = cm__diag_set(diag, CM_ETOOBIG,
+                        "an allocation of %" PRIu64 " bytes exceeds the largest address range the "
+                        "arena reserves (%" PRIu64 " bytes)",
+                        s, (uint64_t)MAX_REGION_GRANULES << a->gshift);
       goto fail;
     }
     r->vm = true;
@@ -786,7 +807,10 @@ static void on_free(cm__pool *p, cm__slice *sl) {
     keep = b;
     bin_insert(a, b);
   }
-  if (!r->vm && !keep->prev && !keep->next) r->idle_since = a->alloc_nr ? a->alloc_nr : 1;
+  if (!r->vm && !keep->prev && !keep->next) {
+    uint64_t now = a->base.m->alloc_reserve_count;
+    r->idle_since = now ? now : 1;
+  }
 }
 
 static void take_free(cm__pool *p, cm__slice *sl) {
@@ -838,6 +862,7 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
   a->alloc_nr = alloc_nr;
   if (explicit_cleanup || alloc_nr - a->last_trim >= a->period)
     cleanup_slow(a, alloc_nr, explicit_cleanup, serving);
+  p->next_cleanup = a->period == UINT64_MAX ? UINT64_MAX : a->last_trim + a->period;
 }
 
 static int materialize(cm__pool *p, cm__slice *sl, cm_diag_t *diag) {

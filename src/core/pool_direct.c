@@ -100,6 +100,7 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
   direct_pool *dp = DP(p);
   (void)alloc_nr;
   (void)serving;
+  p->next_cleanup = UINT64_MAX;
   if (!explicit_cleanup) return;
   for (size_t i = 0; i < dp->slots.n; i++) {
     cm__slot *s = dp->slots.v[i];

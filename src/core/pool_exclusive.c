@@ -64,11 +64,17 @@ static void take_free(cm__pool *p, cm__slice *s) {
 
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   excl_pool *xp = XP(p);
+  uint64_t check = p->opts.has_dealloc_period ? p->opts.dealloc_period / 5 : 0;
   if (!explicit_cleanup) {
-    if (!p->opts.has_dealloc_period) return;
-    if (alloc_nr - xp->last_check < p->opts.dealloc_period / 5) return;
+    if (!p->opts.has_dealloc_period) {
+      p->next_cleanup = UINT64_MAX;
+      return;
+    }
+    p->next_cleanup = xp->last_check + (check ? check : 1);
+    if (alloc_nr - xp->last_check < check) return;
   }
   xp->last_check = alloc_nr;
+  if (p->opts.has_dealloc_period) p->next_cleanup = alloc_nr + (check ? check : 1);
   cm__tnode *keep = NULL;
   if (!explicit_cleanup && serving != UINT64_MAX && accept(p, serving))
     keep = cm__tree_lower_bound(&xp->pages.free, serving, 0, 0);

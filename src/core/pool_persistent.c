@@ -72,6 +72,7 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
   pers_pool *pp = PP(p);
   (void)alloc_nr;
   (void)serving;
+  p->next_cleanup = UINT64_MAX;
   if (!explicit_cleanup) return;
   bool released = false;
   for (size_t i = 0; i < pp->slots.n; i++) {

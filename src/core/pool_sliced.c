@@ -238,10 +238,15 @@ static void compact(sliced_pool *sp) {
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   sliced_pool *sp = SP(p);
   if (!explicit_cleanup) {
-    if (!p->opts.has_dealloc_period) return;
-    uint64_t period = p->opts.dealloc_period, check = period / 5;
+    if (!p->opts.has_dealloc_period) {
+      p->next_cleanup = UINT64_MAX;
+      return;
+    }
+    uint64_t check = p->opts.dealloc_period / 5;
+    p->next_cleanup = sp->last_check + (check ? check : 1);
     if (alloc_nr - sp->last_check < check) return;
     sp->last_check = alloc_nr;
+    p->next_cleanup = alloc_nr + (check ? check : 1);
   }
   bool released = false, skipped = false;
   bool fits = serving != UINT64_MAX && accept(p, serving);

@@ -8,7 +8,8 @@
 /* Fill diag (if non-NULL) with `code` and a formatted message; returns code. */
 int cm__diag_set(cm_diag_t *diag, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int cm__diag_vset(cm_diag_t *diag, int code, const char *fmt, va_list ap);
+int cm__diag_vset(cm_diag_t *diag, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 /* Round n up to a multiple of a (a >= 1); returns false on overflow. */
 static inline bool cm__round_up(uint64_t n, uint64_t a, uint64_t *out) {

@@ -37,7 +37,6 @@
 #include "core/util.h"
 #include "cubemem/device.h"
 #include "cubemem/log.h"
-#include "storage/storage_internal.h"
 
 typedef struct pin_batch {
   void *event; /* NULL: complete */
@@ -97,40 +96,18 @@ int cm_storage_factory_host(void *arg, uint64_t stream, cm_storage_t **out, cm_d
 /* ---- events (optional storage ops; absent = always complete) ------------------------- */
 
 static int ev_record(stream_t *s, void **ev, cm_diag_t *diag) {
-  *ev = NULL;
-  const cm_storage_ops_t *o = s->st->ops;
-  if (!o->event_record) return CM_OK;
   cm_diag_t d;
   cm_diag_clear(&d);
-  int rc = o->event_record(s->st->ctx, ev, &d);
-  if (rc < 0) {
-    *ev = NULL;
+  int rc = cm_storage_event_record(s->st, ev, &d);
+  if (rc < 0)
     return cm__diag_set(diag, rc, "event record on stream %" PRIu64 " failed: %s", s->id,
                         d.message[0] ? d.message : cm_strerror(rc));
-  }
   return CM_OK;
 }
 
-static int ev_query(stream_t *s, void *ev) {
-  if (!ev) return 1;
-  const cm_storage_ops_t *o = s->st->ops;
-  if (o->event_query) return o->event_query(s->st->ctx, ev);
-  if (o->event_sync) {
-    int rc = o->event_sync(s->st->ctx, ev);
-    return rc < 0 ? rc : 1;
-  }
-  return 1;
-}
-
-static int ev_sync(stream_t *s, void *ev) {
-  if (!ev || !s->st->ops->event_sync) return CM_OK;
-  int rc = s->st->ops->event_sync(s->st->ctx, ev);
-  return rc < 0 ? rc : CM_OK;
-}
-
-static void ev_destroy(stream_t *s, void *ev) {
-  if (ev && s->st->ops->event_destroy) s->st->ops->event_destroy(s->st->ctx, ev);
-}
+static int ev_query(stream_t *s, void *ev) { return cm_storage_event_query(s->st, ev); }
+static int ev_sync(stream_t *s, void *ev) { return cm_storage_event_sync(s->st, ev); }
+static void ev_destroy(stream_t *s, void *ev) { cm_storage_event_destroy(s->st, ev); }
 
 /* fence ops of the drop queue: events on the stream's main storage */
 static int fence_make(void *arg, void **out) { return ev_record(arg, out, NULL); }

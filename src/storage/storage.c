@@ -97,15 +97,16 @@ int cm_storage_alloc(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t
 void cm_storage_dealloc(cm_storage_t *s, uint64_t id, uint64_t size) {
   if (!s) return;
   TIMED(s, s->ops->dealloc(s->ctx, id));
-  s->unflushed++;
+  if (s->ops->flush) s->unflushed++;
   atomic_fetch_add_explicit(&s->deallocs, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
 }
 
 int cm_storage_flush(cm_storage_t *s) {
   if (!s) return CM_EINVAL;
-  if (!s->ops->flush || s->unflushed == 0) return CM_OK;
+  if (s->unflushed == 0) return CM_OK;
   s->unflushed = 0;
+  if (!s->ops->flush) return CM_OK;
   atomic_fetch_add_explicit(&s->flushes, 1, memory_order_relaxed);
   int rc;
   TIMED(s, rc = s->ops->flush(s->ctx));
@@ -149,7 +150,7 @@ int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size
 
 void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size) {
   TIMED(s, s->ops->vm_unmap(s->ctx, id, off, size));
-  s->unflushed++;
+  if (s->ops->flush) s->unflushed++;
   atomic_fetch_add_explicit(&s->unmaps, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
 }
@@ -157,4 +158,33 @@ void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t s
 void cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size) {
   TIMED(s, s->ops->vm_release(s->ctx, id));
   atomic_fetch_sub_explicit(&s->vm_reserved, size, memory_order_relaxed);
+}
+
+int cm_storage_event_record(cm_storage_t *s, void **out, cm_diag_t *diag) {
+  if (!s || !out) return CM_EINVAL;
+  *out = NULL;
+  if (!s->ops->event_record) return CM_OK;
+  int rc = s->ops->event_record(s->ctx, out, diag);
+  if (rc < 0) *out = NULL;
+  return rc < 0 ? rc : CM_OK;
+}
+
+int cm_storage_event_query(cm_storage_t *s, void *event) {
+  if (!s || !event) return 1;
+  if (s->ops->event_query) return s->ops->event_query(s->ctx, event);
+  if (s->ops->event_sync) {
+    int rc = s->ops->event_sync(s->ctx, event);
+    return rc < 0 ? rc : 1;
+  }
+  return 1;
+}
+
+int cm_storage_event_sync(cm_storage_t *s, void *event) {
+  if (!s || !event || !s->ops->event_sync) return CM_OK;
+  int rc = s->ops->event_sync(s->ctx, event);
+  return rc < 0 ? rc : CM_OK;
+}
+
+void cm_storage_event_destroy(cm_storage_t *s, void *event) {
+  if (s && event && s->ops->event_destroy) s->ops->event_destroy(s->ctx, event);
 }

@@ -111,14 +111,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -206,14 +206,14 @@ static UNUSED void drop(cm_handle_t *h) {
   h->d = NULL;
 }
 
-#define EXPECT_SAME_USAGE(m, before)                                            \
-  do {                                                                          \
-    cm_usage_t now_ = usage(m);                                                 \
-    EXPECT_EQ(now_.number_allocs, (before).number_allocs);                      \
-    EXPECT_EQ(now_.bytes_in_use, (before).bytes_in_use);                        \
-    EXPECT_EQ(now_.bytes_padding, (before).bytes_padding);                      \
-    EXPECT_EQ(now_.bytes_reserved, (before).bytes_reserved);                    \
-    EXPECT_HEALTHY(m);                                                          \
+#define EXPECT_SAME_USAGE(m, before)                         \
+  do {                                                       \
+    cm_usage_t now_ = usage(m);                              \
+    EXPECT_EQ(now_.number_allocs, (before).number_allocs);   \
+    EXPECT_EQ(now_.bytes_in_use, (before).bytes_in_use);     \
+    EXPECT_EQ(now_.bytes_padding, (before).bytes_padding);   \
+    EXPECT_EQ(now_.bytes_reserved, (before).bytes_reserved); \
+    EXPECT_HEALTHY(m);                                       \
   } while (0)
 
 /* A failed reserve: status `want` (or `alt` when not 0), empty handle, diag
@@ -304,6 +304,24 @@ static void absurd_sizes(void) {
   m = mk(D, &p, 1);
   EXPECT_RESERVE_FAILS2(m, (1ull << 63) + 32, CM_ETOOBIG, CM_EOOM);
   cm_manager_destroy(m);
+}
+
+/* cubemem's default layout (one arena over a VM storage) with absurd sizes:
+ * a clear "too big" or "out of device memory", not "out of host memory",
+ * and no host allocation proportional to the request (under a sanitizer
+ * such an allocation aborts the process). Runs last in main for that
+ * reason. */
+static void absurd_sizes_default_arena(void) {
+  static const uint64_t sizes[] = {1ull << 50, 1ull << 62, (1ull << 63) + 32, UINT64_MAX - 31};
+  for (int k = 0; k < 2; k++) {
+    cm_manager_t *m = mk_full(k ? sim(1 * GiB, true) : NULL, D, NULL, 0, CM_PRESET_DEFAULT,
+                              CM_PERSISTENT_ENABLED);
+    cm_handle_t keep = RSV(m, 1000);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      EXPECT_RESERVE_FAILS2(m, sizes[i], CM_ETOOBIG, CM_EOOM);
+    drop(&keep);
+    cm_manager_destroy(m);
+  }
 }
 
 /* Zero-byte requests work in every pool kind: counted, resolvable, released. */
@@ -587,11 +605,11 @@ static void bad_manager_config(void) {
  * cleanly or serves them, never corrupting its state. */
 static void unresolved_lists_never_corrupt(void) {
   cm_pool_options_t lists[4];
-  lists[0] = sliced(0, 0);                   /* zero page */
-  lists[1] = sliced(100, 100);               /* page not aligned (align 32) */
-  lists[2] = exclusive(1000);                /* max not aligned */
+  lists[0] = sliced(0, 0);     /* zero page */
+  lists[1] = sliced(100, 100); /* page not aligned (align 32) */
+  lists[2] = exclusive(1000);  /* max not aligned */
   memset(&lists[3], 0, sizeof lists[3]);
-  lists[3].kind = (cm_pool_kind_t)99;        /* unknown kind */
+  lists[3].kind = (cm_pool_kind_t)99; /* unknown kind */
   for (int i = 0; i < 4; i++) {
     cm_storage_t *s = NULL;
     ASSERT_OK(cm_storage_host_create(0, &s));
@@ -719,5 +737,6 @@ int main(void) {
   CM_RUN(bad_arguments);
   CM_RUN(bad_storage_arguments);
   CM_RUN(storage_refuses);
+  CM_RUN(absurd_sizes_default_arena);
   return cm_test_finish();
 }

@@ -109,14 +109,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -397,8 +397,7 @@ static void lazy_exclusive_and_direct(void) {
  * stays unmapped; the handle stays valid. */
 static void lazy_mapping_failure(void) {
   cm_pool_options_t p = sliced(2 * MiB, 2 * MiB);
-  cm_manager_t *m = mk_full(sim(1 * MiB, true), D, &p, 1, CM_PRESET_DEFAULT,
-                            CM_PERSISTENT_ENABLED);
+  cm_manager_t *m = mk_full(sim(1 * MiB, true), D, &p, 1, CM_PRESET_DEFAULT, CM_PERSISTENT_ENABLED);
   cm_manager_dry_run_begin(m);
   cm_handle_t h = RSV(m, 1 * MiB);
   cm_binding_t b = cm_handle_binding(h);

@@ -113,14 +113,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \

@@ -138,7 +138,10 @@ typedef struct run {
   int nextra;
   uint64_t failures; /* calls that failed (with an injected fault) */
   bool broken;       /* a requirement failed: stop this run */
-  bool checking;     /* run cm_manager_check after each step (see step_check) */
+  bool checking;     /* a fault was seen: cm_manager_check runs (see step_check) */
+  bool full;         /* cm_manager_check after every step */
+  uint64_t since_fault;
+  bool pinned;       /* capture active or pins held: usage may exceed the model */
 } run;
 
 #define RUN_CHECK(r, cond)                                  \
@@ -149,14 +152,37 @@ typedef struct run {
     }                                                       \
   } while (0)
 
-/* cm_manager_check after a step. A faulted run is identical to the
- * fault-free reference run (which checks every step) until its first
- * injected fault - the scenario and the simulated device are deterministic -
- * so checking starts at the first step that saw a fault and then covers
- * every later step. */
+/* After every step: the usage counters must match the references the
+ * scenario holds (cheap), and cm_manager_check must report nothing.
+ *
+ * cm_manager_check walks every page and granule (about 0.1 ms per call, far
+ * more under ASan at -O0 and valgrind), so it is not repeated where it cannot
+ * find anything new. The scenario and the simulated device are
+ * deterministic, so a faulted run is identical to the fault-free reference
+ * run - which checks after every step - until its first injected fault. From
+ * that step on, the faulted run checks after each of the next FULL_WINDOW
+ * steps (where the recovery happens), then after every CHECK_EVERY-th step,
+ * and always at the end of each phase (step_check_phase). CM_FAULT_SWEEP_FULL=1
+ * checks after every step of every run. */
+enum { FULL_WINDOW = 256, CHECK_EVERY = 16 };
+static bool g_full_checks;
+
+static void usage_check(run *r);
+
 static void step_check(run *r) {
-  if (!r->checking && cm_storage_faulty_injected(r->fs) == 0) return;
-  r->checking = true;
+  usage_check(r);
+  if (!r->checking) {
+    if (cm_storage_faulty_injected(r->fs) == 0) return;
+    r->checking = true;
+    r->since_fault = 0;
+  }
+  r->since_fault++;
+  if (r->full || r->since_fault <= FULL_WINDOW || r->since_fault % CHECK_EVERY == 0)
+    RUN_CHECK(r, cm_manager_check(r->m, NULL) == 0);
+}
+
+static void step_check_phase(run *r) {
+  usage_check(r);
   RUN_CHECK(r, cm_manager_check(r->m, NULL) == 0);
 }
 
@@ -186,6 +212,25 @@ static void do_reserve(run *r, live_ref *slot, uint64_t size) {
 static void drop(live_ref *slot) {
   cm_handle_release(slot->h); /* empty handles are ignored */
   memset(slot, 0, sizeof *slot);
+}
+
+/* Usage must equal what the scenario holds (at least that while a capture
+ * or its pins may keep more slices alive). */
+static void usage_check(run *r) {
+  uint64_t n = 0, bytes = 0;
+  for (uint32_t i = 0; i < r->nslots; i++)
+    if (r->slots[i].h.d) n++, bytes += r->slots[i].size;
+  for (int i = 0; i < NPARAMS; i++)
+    if (r->params[i].h.d) n++, bytes += r->params[i].size;
+  for (int i = 0; i < r->nextra; i++)
+    if (r->extra[i].h.d) n++, bytes += r->extra[i].size;
+  cm_usage_t u;
+  cm_manager_usage(r->m, &u);
+  if (r->pinned) {
+    RUN_CHECK(r, u.number_allocs >= n && u.bytes_in_use >= bytes);
+  } else {
+    RUN_CHECK(r, u.number_allocs == n && u.bytes_in_use == bytes);
+  }
 }
 
 /* Resolve one live reference: OK with a stable range, or a clean refusal
@@ -267,6 +312,7 @@ static uint64_t run_scenario(const cm_fault_plan_t *plan, uint64_t *injected, bo
   }
   r->fs = fs;
   r->checking = plan == NULL || plan->mode == CM_FAULT_NONE;
+  r->full = r->checking || g_full_checks;
   r->nslots = g_trace->slots;
   r->slots = calloc(r->nslots ? r->nslots : 1, sizeof *r->slots);
   if (!r->slots) {
@@ -285,18 +331,19 @@ static uint64_t run_scenario(const cm_fault_plan_t *plan, uint64_t *injected, bo
   /* 2. the trace, first third */
   replay_events(r, 0, third);
   cm_manager_cleanup(r->m, false);
-  step_check(r);
+  step_check_phase(r);
 
   /* 3. a graph capture over the next part */
   cm_pins_t *pins = NULL;
   cm_manager_capture_begin(r->m);
+  r->pinned = true;
   for (int i = 0; i < 4 && r->nextra < 64; i++) do_reserve(r, &r->extra[r->nextra++], 1024u * (unsigned)(i + 1));
   cm_manager_capture_priming_end(r->m);
   step_check(r);
   replay_events(r, third, third + third / 4);
   int rc = cm_manager_capture_end(r->m, &pins);
   RUN_CHECK(r, rc == CM_OK);
-  step_check(r);
+  step_check_phase(r);
   resolve_all(r);
 
   /* 4. a dry run: lazily reserved slices, materialised on lookup */
@@ -306,18 +353,20 @@ static uint64_t run_scenario(const cm_fault_plan_t *plan, uint64_t *injected, bo
   resolve_all(r);
   cm_pins_release(pins);
   pins = NULL;
+  r->pinned = false;
+  step_check_phase(r);
 
   /* 5. empty the dynamic pools and install another layout */
   release_all(r);
   cm_manager_cleanup(r->m, true);
-  step_check(r);
+  step_check_phase(r);
   cm_pool_options_t pools[64];
   size_t npools = 0;
   RUN_CHECK(r, cm_pools_preset(CM_PRESET_EXCLUSIVE_PAGES, cfg.props, pools, 64, &npools) == CM_OK);
   uint64_t before = cm_storage_faulty_injected(fs);
   rc = cm_manager_install_pools(r->m, pools, npools, &d);
   RUN_CHECK(r, rc == CM_OK || cm_storage_faulty_injected(fs) != before);
-  step_check(r);
+  step_check_phase(r);
   resolve_all(r); /* persistent parameters survive the install */
   replay_events(r, third + third / 4, n);
   resolve_all(r);
@@ -326,7 +375,7 @@ static uint64_t run_scenario(const cm_fault_plan_t *plan, uint64_t *injected, bo
   release_all(r);
   for (int i = 0; i < NPARAMS; i++) drop(&r->params[i]);
   cm_manager_cleanup(r->m, true);
-  step_check(r);
+  step_check_phase(r);
   cm_usage_t u;
   cm_manager_usage(r->m, &u);
   RUN_CHECK(r, u.number_allocs == 0 && u.bytes_in_use == 0);
@@ -395,6 +444,8 @@ static void persistent_failure_from_k(void) {
 }
 
 int main(void) {
+  const char *full = getenv("CM_FAULT_SWEEP_FULL");
+  g_full_checks = full && *full && *full != '0';
   g_trace = load_trace();
   if (!g_trace) {
     fprintf(stderr, "fault sweep: could not build the trace\n");

@@ -109,14 +109,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -267,8 +267,8 @@ static void usage_display_values(void) {
   EXPECT_CONTAINS(t, "  Padding overhead: NaN%");
   /* lines appear in the order of §9.1 */
   t = usage_text(2, 2, 2, 2);
-  const char *order[] = {"Memory Usage Report:", "Number of allocations", "Bytes in use",
-                         "Bytes used for padding", "Total bytes reserved", "Usage efficiency",
+  const char *order[] = {"Memory Usage Report:",   "Number of allocations", "Bytes in use",
+                         "Bytes used for padding", "Total bytes reserved",  "Usage efficiency",
                          "Padding overhead"};
   const char *prev = t;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
@@ -304,10 +304,10 @@ static void expect_in_order(const char *t, const char *const *parts, size_t n, i
     at = hit + strlen(parts[i]);
   }
 }
-#define EXPECT_IN_ORDER(t, ...)                                                  \
-  do {                                                                           \
-    static const char *const parts_[] = {__VA_ARGS__};                           \
-    expect_in_order((t), parts_, sizeof parts_ / sizeof parts_[0], __LINE__);    \
+#define EXPECT_IN_ORDER(t, ...)                                               \
+  do {                                                                        \
+    static const char *const parts_[] = {__VA_ARGS__};                        \
+    expect_in_order((t), parts_, sizeof parts_ / sizeof parts_[0], __LINE__); \
   } while (0)
 
 /* §5.11: the manager display with one pool of each kind in use. */
@@ -334,18 +334,21 @@ static void manager_display_content(void) {
   EXPECT_EQ(loc_of(m, b).pool, 1);
   EXPECT_EQ(loc_of(m, c).pool, 2);
   char id[192];
-  snprintf(id, sizeof id, "   - Page StorageId(%" PRIu64 ") num_slices=2 => 896 free - 128 full - "
-           "1024 total", storage_of(m, a).id);
+  snprintf(id, sizeof id,
+           "   - Page StorageId(%" PRIu64
+           ") num_slices=2 => 896 free - 128 full - "
+           "1024 total",
+           storage_of(m, a).id);
 
   char *t = display(m);
-  EXPECT_IN_ORDER(t, "\n# MemoryManagement\n", " - name: \"Main GPU Memory\"", "## Persistent",
-                  "  - Slices 128 =>  1 free - 1 full - 2 total",
-                  "  - Slices 5024 =>  0 free - 1 full - 1 total", "Memory Usage Report:",
-                  "## Dynamic", " - Sliced Pool page_size=1024 max_alloc_size=1024", "Page StorageId(",
-                  "Memory Usage Report:", " - Exclusive Pool max_alloc_size=4096",
-                  "   - Page 2016 is_free=false", "Memory Usage Report:",
-                  "  - Direct: 1 slices, largest 10000", "Memory Usage Report:", "## Summary",
-                  "Memory Usage Report:", "  Number of allocations: 5");
+  EXPECT_IN_ORDER(
+      t, "\n# MemoryManagement\n", " - name: \"Main GPU Memory\"", "## Persistent",
+      "  - Slices 128 =>  1 free - 1 full - 2 total",
+      "  - Slices 5024 =>  0 free - 1 full - 1 total", "Memory Usage Report:", "## Dynamic",
+      " - Sliced Pool page_size=1024 max_alloc_size=1024", "Page StorageId(",
+      "Memory Usage Report:", " - Exclusive Pool max_alloc_size=4096",
+      "   - Page 2016 is_free=false", "Memory Usage Report:", "  - Direct: 1 slices, largest 10000",
+      "Memory Usage Report:", "## Summary", "Memory Usage Report:", "  Number of allocations: 5");
   EXPECT_CONTAINS(t, id);
   free(t);
 

@@ -61,14 +61,14 @@ static UNUSED cm_manager_t *mk(cm_device_props_t props, const cm_pool_options_t 
   return m;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 static UNUSED cm_handle_t rsv(cm_manager_t *m, uint64_t size) {

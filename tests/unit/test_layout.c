@@ -113,14 +113,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -217,7 +217,8 @@ static bool same_pool(const cm_pool_options_t *a, const cm_pool_options_t *b) {
       return a->page_size == b->page_size && a->max_slice_size == b->max_slice_size &&
              a->has_max_pool_size == b->has_max_pool_size &&
              (!a->has_max_pool_size || a->max_pool_size == b->max_pool_size);
-    case CM_POOL_EXCLUSIVE: return a->max_alloc_size == b->max_alloc_size;
+    case CM_POOL_EXCLUSIVE:
+      return a->max_alloc_size == b->max_alloc_size;
     case CM_POOL_DIRECT:
       return a->has_reclaim_at == b->has_reclaim_at &&
              (!a->has_reclaim_at || a->reclaim_at == b->reclaim_at);
@@ -326,12 +327,12 @@ static void t72_resolve(void) {
 /* Further resolution rules of §11.5. */
 static void resolve_rules(void) {
   cm_pool_options_t in[6], out[6];
-  in[0] = exclusive(0);            /* 0 stays 0 */
-  in[1] = exclusive(33);           /* rounded up to 64 */
-  in[2] = direct_at(1000);         /* reclaim_at unrounded */
-  in[2].dealloc_period = 7;        /* forced to none */
+  in[0] = exclusive(0);     /* 0 stays 0 */
+  in[1] = exclusive(33);    /* rounded up to 64 */
+  in[2] = direct_at(1000);  /* reclaim_at unrounded */
+  in[2].dealloc_period = 7; /* forced to none */
   in[2].has_dealloc_period = true;
-  in[3] = sliced(1000, 100);       /* max slice rounded to 128 */
+  in[3] = sliced(1000, 100);            /* max slice rounded to 128 */
   in[4] = sliced_cap(1024, 1024, 5000); /* cap unrounded: effectively 4 pages */
   in[5] = sliced(1 * GiB, 1 * GiB);     /* page not limited by max_page_size */
   cm_diag_t diag = {0};
@@ -416,8 +417,8 @@ static void t73_resolve_errors(void) {
 static void t73_first_error_wins(void) {
   cm_pool_options_t in[3];
   in[0] = exclusive(100);
-  in[1] = sliced(1024, 2048);             /* slice > page */
-  in[2] = sliced_cap(1024, 1024, 0);      /* zero cap */
+  in[1] = sliced(1024, 2048);        /* slice > page */
+  in[2] = sliced_cap(1024, 1024, 0); /* zero cap */
   EXPECT_RESOLVE_ERROR(in, 3, "`max_slice_size` (2048) exceeds");
   in[1] = sliced_cap(0, 0, 0); /* page_size is checked first */
   EXPECT_RESOLVE_ERROR(in, 3, "`page_size` must be non-zero");
@@ -437,8 +438,9 @@ static void resolve_success_keeps_diag(void) {
 
 /* T74 (R): not applicable to cubemem (no exclusive-memory-only build). */
 static void t74_exclusive_only_build(void) {
-  CM_SKIP("cubemem has no exclusive-memory-only build; PresetUnavailable and "
-          "SlicedPoolsUnavailable cannot occur");
+  CM_SKIP(
+      "cubemem has no exclusive-memory-only build; PresetUnavailable and "
+      "SlicedPoolsUnavailable cannot occur");
 }
 
 /* ---- command-line syntax ------------------------------------------------------------- */
@@ -447,9 +449,9 @@ static void parse_syntax(void) {
   cm_pool_options_t out[8];
   size_t n = 0;
   cm_diag_t diag = {0};
-  ASSERT_OK(cm_pools_parse(
-      "sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct", D, out, 8, &n,
-      &diag));
+  ASSERT_OK(
+      cm_pools_parse("sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct", D,
+                     out, 8, &n, &diag));
   ASSERT_EQ(n, 3);
   EXPECT_EQ(out[0].kind, CM_POOL_SLICED);
   EXPECT_EQ(out[0].page_size, 8 * MiB);
@@ -490,8 +492,7 @@ static void expect_parse_error(const char *text, const char *needle, int line) {
                  cm_err_name(rc));
   if (diag.code != rc) cm_test_fail(__FILE__, line, "\"%s\": diag.code %d", text, diag.code);
   if (!strstr(diag.message, needle))
-    cm_test_fail(__FILE__, line, "\"%s\": message \"%s\" lacks \"%s\"", text, diag.message,
-                 needle);
+    cm_test_fail(__FILE__, line, "\"%s\": message \"%s\" lacks \"%s\"", text, diag.message, needle);
 }
 #define EXPECT_PARSE_ERROR(text, needle) expect_parse_error((text), (needle), __LINE__)
 

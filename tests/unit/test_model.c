@@ -120,14 +120,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -219,8 +219,8 @@ static UNUSED void drop(cm_handle_t *h) {
 
 static uint64_t g_rng;
 static bool g_trace; /* CM_MODEL_TRACE=1 prints every operation to stderr */
-#define TRACE(...) \
-  do {             \
+#define TRACE(...)                             \
+  do {                                         \
     if (g_trace) fprintf(stderr, __VA_ARGS__); \
   } while (0)
 static uint64_t rnd(void) {
@@ -248,8 +248,9 @@ static const layout k_layouts[] = {
     {"exclusive-pages", "exclusive-pages", "exclusive:max=4MiB,period=20", true,
      CM_PERSISTENT_ENABLED, true},
     {"default", "default", "default", true, CM_PERSISTENT_ENABLED, false},
-    {"sliced+capped+direct", "sliced:page=64KiB,max-slice=16KiB;sliced:page=1MiB,cap=4MiB;direct:reclaim=2MiB",
-     "direct", false, CM_PERSISTENT_ENABLED, true},
+    {"sliced+capped+direct",
+     "sliced:page=64KiB,max-slice=16KiB;sliced:page=1MiB,cap=4MiB;direct:reclaim=2MiB", "direct",
+     false, CM_PERSISTENT_ENABLED, true},
     {"periods", "exclusive:max=0;sliced:page=4KiB,period=50;exclusive:max=64KiB,period=100",
      "sliced:page=2MiB,cap=8MiB", true, CM_PERSISTENT_SIZE_MATCH, true},
     {"hard-budget", "sliced:page=1MiB,cap=2MiB", "sliced:page=512KiB,max-slice=256KiB,cap=1MiB",
@@ -280,12 +281,12 @@ typedef struct model {
   int windows;
 } model;
 
-#define MFAIL(md, ...)                                                                     \
-  do {                                                                                     \
-    char m__[400];                                                                         \
-    snprintf(m__, sizeof m__, __VA_ARGS__);                                                \
+#define MFAIL(md, ...)                                                                      \
+  do {                                                                                      \
+    char m__[400];                                                                          \
+    snprintf(m__, sizeof m__, __VA_ARGS__);                                                 \
     CM__FAIL_AND(1, "[%s seed %" PRIu64 " op %" PRIu64 "] %s", (md)->lay->name, (md)->seed, \
-                 (md)->op, m__);                                                           \
+                 (md)->op, m__);                                                            \
   } while (0)
 
 static cm_binding_t entry_binding(entry *e) {
@@ -293,8 +294,10 @@ static cm_binding_t entry_binding(entry *e) {
 }
 
 static void release_entry(entry *e) {
-  if (e->is_binding) cm_binding_release(e->b);
-  else cm_handle_release(e->h);
+  if (e->is_binding)
+    cm_binding_release(e->b);
+  else
+    cm_handle_release(e->h);
 }
 
 static uint64_t padding_of(uint64_t size) {
@@ -329,7 +332,8 @@ static void tag_range(model *md, entry *e, bool verify) {
   int rc = cm_manager_get_resource(md->m, b, 0, 0, &res, &diag);
   cm_binding_release(b);
   if (rc != CM_OK) MFAIL(md, "get_resource: %s %s", cm_err_name(rc), diag.message);
-  if (!res.host || res.size != e->size) MFAIL(md, "resource host %p size %" PRIu64, res.host, res.size);
+  if (!res.host || res.size != e->size)
+    MFAIL(md, "resource host %p size %" PRIu64, res.host, res.size);
   uint8_t *p = res.host;
   size_t k = e->size < 64 ? (size_t)e->size : 64;
   for (size_t i = 0; i < k; i++) {
@@ -377,8 +381,9 @@ static void check_all(model *md) {
      * of its previous binding until it is bound again (as in the reference). */
     if (sh.size != e->size || rc2 != CM_OK || (e->cursor && cursor != e->cursor)) {
       free(sp);
-      MFAIL(md, "entry %zu: size %" PRIu64 " (want %" PRIu64 "), cursor %" PRIu64 " (want %" PRIu64
-            ")", i, sh.size, e->size, cursor, e->cursor);
+      MFAIL(md,
+            "entry %zu: size %" PRIu64 " (want %" PRIu64 "), cursor %" PRIu64 " (want %" PRIu64 ")",
+            i, sh.size, e->size, cursor, e->cursor);
     }
     if (sh.size) sp[ns++] = (span){sh.id, sh.offset, sh.size};
     tag_range(md, e, true);
@@ -388,8 +393,10 @@ static void check_all(model *md) {
     if (sp[i].id == sp[i - 1].id && sp[i - 1].off + sp[i - 1].size > sp[i].off) {
       span a = sp[i - 1], c = sp[i];
       free(sp);
-      MFAIL(md, "overlap in storage %" PRIu64 ": [%" PRIu64 "+%" PRIu64 ") and [%" PRIu64
-            "+%" PRIu64 ")", a.id, a.off, a.size, c.off, c.size);
+      MFAIL(md,
+            "overlap in storage %" PRIu64 ": [%" PRIu64 "+%" PRIu64 ") and [%" PRIu64 "+%" PRIu64
+            ")",
+            a.id, a.off, a.size, c.off, c.size);
     }
   free(sp);
   /* Bytes held from the storage equal the pools' bytes_reserved. */
@@ -420,17 +427,17 @@ static uint64_t random_size(model *md) {
   if (r < 70) return 513 + rnd_below(64 * KiB);
   /* Host storages zero-fill real memory: keep their large sizes moderate. */
   if (r < 88) return 64 * KiB + rnd_below(md->lay->host ? 1 * MiB : 4 * MiB);
-  if (r < 92) return (md->lay->host ? 1 * MiB : 4 * MiB) + rnd_below(md->lay->host ? 3 * MiB : 24 * MiB);
+  if (r < 92)
+    return (md->lay->host ? 1 * MiB : 4 * MiB) + rnd_below(md->lay->host ? 3 * MiB : 24 * MiB);
   if (r < 95) { /* boundaries */
-    static const uint64_t b[] = {32, 33, 4096, 16 * KiB, 64 * KiB, 1 * MiB, 2 * MiB, 2 * MiB + 1,
-                                 8 * MiB, 128 * MiB + 1};
+    static const uint64_t b[] = {32,      33,      4096,        16 * KiB, 64 * KiB,
+                                 1 * MiB, 2 * MiB, 2 * MiB + 1, 8 * MiB,  128 * MiB + 1};
     return b[rnd_below(sizeof b / sizeof b[0])];
   }
   /* absurd: only sizes that fail before any host allocation is attempted */
   static const uint64_t host_huge[] = {UINT64_MAX, UINT64_MAX - 30, UINT64_MAX - 31, 1ull << 63,
                                        (1ull << 63) + 12345};
-  static const uint64_t sim_huge[] = {UINT64_MAX, UINT64_MAX - 31, 1ull << 50, 1ull << 40,
-                                      3 * GiB};
+  static const uint64_t sim_huge[] = {UINT64_MAX, UINT64_MAX - 31, 1ull << 50, 1ull << 40, 3 * GiB};
   if (md->lay->host) return host_huge[rnd_below(5)];
   return sim_huge[rnd_below(5)];
 }
@@ -531,7 +538,8 @@ static void op_install(model *md) {
   int rc = cm_manager_install_pools(md->m, list, n, &diag);
   TRACE("op %" PRIu64 ": install (%zu dynamic live) -> %s\n", md->op, dyn, cm_err_name(rc));
   if (dyn == 0) {
-    if (rc != CM_OK) MFAIL(md, "install with no dynamic live slice: %s %s", cm_err_name(rc), diag.message);
+    if (rc != CM_OK)
+      MFAIL(md, "install with no dynamic live slice: %s %s", cm_err_name(rc), diag.message);
     md->alt_installed = !md->alt_installed;
     if (cm_manager_pool_count(md->m) != n) MFAIL(md, "pool count after install");
   } else {
@@ -575,20 +583,26 @@ static void run_one(const layout *lay, uint64_t seed, int ops) {
   md.m = mk_full(s, D, md.pools, md.npools, CM_PRESET_DEFAULT, lay->pm);
   for (md.op = 0; md.op < (uint64_t)ops; md.op++) {
     uint64_t r = rnd_below(1000);
-    if (r < 380) op_reserve(&md, false);
-    else if (r < 430) op_reserve(&md, true);
-    else if (r < 780) op_release(&md);
-    else if (r < 820) op_to_binding(&md);
-    else if (r < 860) op_clone_swap(&md);
-    else if (r < 900) op_mode(&md);
+    if (r < 380)
+      op_reserve(&md, false);
+    else if (r < 430)
+      op_reserve(&md, true);
+    else if (r < 780)
+      op_release(&md);
+    else if (r < 820)
+      op_to_binding(&md);
+    else if (r < 860)
+      op_clone_swap(&md);
+    else if (r < 900)
+      op_mode(&md);
     else if (r < 940) {
       TRACE("op %" PRIu64 ": cleanup\n", md.op);
       cm_manager_cleanup(md.m, false);
     } else if (r < 960) {
       TRACE("op %" PRIu64 ": cleanup(explicit)\n", md.op);
       cm_manager_cleanup(md.m, true);
-    }
-    else if (r < 975) op_install(&md);
+    } else if (r < 975)
+      op_install(&md);
     else { /* drain: release many, so installs get a chance */
       while (md.n && rnd_below(8)) op_release(&md);
     }
@@ -616,10 +630,10 @@ static void run_one(const layout *lay, uint64_t seed, int ops) {
 static int g_ops = 1500;
 static const uint64_t k_seeds[] = {1, 2, 0xC0FFEE, 20260821};
 
-#define LAYOUT_TEST(fn, idx)                                                        \
-  static void fn(void) {                                                            \
-    for (size_t s = 0; s < sizeof k_seeds / sizeof k_seeds[0]; s++)                 \
-      run_one(&k_layouts[idx], k_seeds[s], g_ops);                                  \
+#define LAYOUT_TEST(fn, idx)                                        \
+  static void fn(void) {                                            \
+    for (size_t s = 0; s < sizeof k_seeds / sizeof k_seeds[0]; s++) \
+      run_one(&k_layouts[idx], k_seeds[s], g_ops);                  \
   }
 
 LAYOUT_TEST(model_subslices, 0)

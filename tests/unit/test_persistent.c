@@ -112,14 +112,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -317,8 +317,7 @@ static void t54_buckets(void) {
 /* T55 (M): enforced: mode() is ignored, everything is persistent, with no
  * size limit (256 MiB > max_page_size). Sim storage: no memory behind it. */
 static void t55_enforced(void) {
-  cm_manager_t *m =
-      mk_full(sim(0, false), D, NULL, 0, CM_PRESET_SUBSLICES, CM_PERSISTENT_ENFORCED);
+  cm_manager_t *m = mk_full(sim(0, false), D, NULL, 0, CM_PRESET_SUBSLICES, CM_PERSISTENT_ENFORCED);
   EXPECT_EQ(cm_manager_mode(m), CM_MODE_PERSISTENT);
   cm_manager_set_mode(m, CM_MODE_AUTO);
   EXPECT_EQ(cm_manager_mode(m), CM_MODE_PERSISTENT);

@@ -118,14 +118,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -405,8 +405,7 @@ static void t12_small_then_large(void) {
 /* T13 (R): four pools, page = max slice; one allocation lands in each. */
 static void t13_one_per_pool(void) {
   cm_device_props_t props = {128 * MiB, 10};
-  cm_pool_options_t p[4] = {sliced(100, 100), sliced(200, 200), sliced(300, 300),
-                            sliced(400, 400)};
+  cm_pool_options_t p[4] = {sliced(100, 100), sliced(200, 200), sliced(300, 300), sliced(400, 400)};
   cm_manager_t *m = mk(props, p, 4);
   cm_handle_t h[4];
   uint64_t sizes[4] = {50, 150, 250, 350};

@@ -107,14 +107,14 @@ static UNUSED cm_storage_t *sim(uint64_t capacity, bool fail) {
   return s;
 }
 
-#define EXPECT_USAGE(m, n, in_use, pad, reserved)       \
-  do {                                                  \
-    cm_usage_t u_;                                      \
-    cm_manager_usage((m), &u_);                         \
-    EXPECT_EQ(u_.number_allocs, (n));                   \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));               \
-    EXPECT_EQ(u_.bytes_padding, (pad));                 \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));           \
+#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
+  do {                                            \
+    cm_usage_t u_;                                \
+    cm_manager_usage((m), &u_);                   \
+    EXPECT_EQ(u_.number_allocs, (n));             \
+    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
+    EXPECT_EQ(u_.bytes_padding, (pad));           \
+    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
   } while (0)
 
 #define EXPECT_POOL_USAGE(m, pool, n, in_use, pad, reserved) \
@@ -213,8 +213,10 @@ typedef struct want {
   uint64_t period; /* NONE = no period */
 } want;
 
-#define EXCL(max, period) {CM_POOL_EXCLUSIVE, (max), 0, (period)}
-#define SL(page, slice) {CM_POOL_SLICED, (page), (slice), NONE}
+#define EXCL(max, period) \
+  { CM_POOL_EXCLUSIVE, (max), 0, (period) }
+#define SL(page, slice) \
+  { CM_POOL_SLICED, (page), (slice), NONE }
 
 static void expect_list(const cm_pool_options_t *got, size_t n, const want *w, size_t wn,
                         const char *what) {
@@ -232,8 +234,10 @@ static void expect_list(const cm_pool_options_t *got, size_t n, const want *w, s
     } else {
       ok = ok && o->max_alloc_size == w[i].a;
     }
-    if (w[i].period == NONE) ok = ok && !o->has_dealloc_period;
-    else ok = ok && o->has_dealloc_period && o->dealloc_period == w[i].period;
+    if (w[i].period == NONE)
+      ok = ok && !o->has_dealloc_period;
+    else
+      ok = ok && o->has_dealloc_period && o->dealloc_period == w[i].period;
     if (!ok)
       cm_test_fail(__FILE__, __LINE__,
                    "%s pool %zu: kind %d page %" PRIu64 " slice %" PRIu64 " max %" PRIu64
@@ -253,17 +257,17 @@ static void check_preset(cm_preset_t preset, cm_device_props_t props, const want
   expect_list(out, n, w, wn, what);
 }
 
-#define CHECK_PRESET(preset, props, ...)                                       \
-  do {                                                                         \
-    static const want w_[] = {__VA_ARGS__};                                    \
-    check_preset((preset), (props), w_, sizeof w_ / sizeof w_[0], #props);     \
+#define CHECK_PRESET(preset, props, ...)                                   \
+  do {                                                                     \
+    static const want w_[] = {__VA_ARGS__};                                \
+    check_preset((preset), (props), w_, sizeof w_ / sizeof w_[0], #props); \
   } while (0)
 
 /* Every row of the "Worked SubSlices ladders" table. */
 static void subslices_ladders(void) {
   cm_device_props_t p128_32 = {128 * MiB, 32}, p128_256 = {128 * MiB, 256},
-                    p1g_256 = {1 * GiB, 256}, p2g_512 = {2 * GiB, 512},
-                    p6g_512 = {6 * GiB, 512}, p20g_512 = {20 * GiB, 512};
+                    p1g_256 = {1 * GiB, 256}, p2g_512 = {2 * GiB, 512}, p6g_512 = {6 * GiB, 512},
+                    p20g_512 = {20 * GiB, 512};
   CHECK_PRESET(CM_PRESET_SUBSLICES, p128_32, EXCL(0, NONE), SL(8 * MiB, 2 * MiB),
                SL(32 * MiB, 16 * MiB), EXCL(128 * MiB, 5000));
   CHECK_PRESET(CM_PRESET_SUBSLICES, p128_256, EXCL(0, NONE), SL(8 * MiB, 2 * MiB),
@@ -283,21 +287,20 @@ static void subslices_ladders(void) {
 
 /* Both ExclusivePages examples of §5.3 (24 buckets each, periods). */
 static void exclusive_pages_buckets(void) {
-  static const uint64_t b128[24] = {
-      32768,   47072,   67552,   96992,    139232,   199872,   286976,   411968,
-      591456,  849152,  1219136, 1750272,  2512832,  3607616,  5179392,  7435968,
-      10675712, 15326944, 22004640, 31591744, 45355776, 65116608, 93486912, 134217728};
+  static const uint64_t b128[24] = {32768,    47072,    67552,    96992,    139232,   199872,
+                                    286976,   411968,   591456,   849152,   1219136,  1750272,
+                                    2512832,  3607616,  5179392,  7435968,  10675712, 15326944,
+                                    22004640, 31591744, 45355776, 65116608, 93486912, 134217728};
   static const uint64_t b6g[24] = {
-      32768,     55808,     94720,      160768,     273408,     463872,
-      787968,    1338368,   2273792,    3862528,    6561792,    11147776,
-      18937856,  32172544,  54657024,   92853760,   157745152,  267985920,
-      455269376, 773436928, 1313957888, 2232225280, 3792229376, 6442450944};
+      32768,     55808,     94720,     160768,    273408,     463872,     787968,     1338368,
+      2273792,   3862528,   6561792,   11147776,  18937856,   32172544,   54657024,   92853760,
+      157745152, 267985920, 455269376, 773436928, 1313957888, 2232225280, 3792229376, 6442450944};
   want w[24];
   for (int i = 0; i < 24; i++) w[i] = (want){CM_POOL_EXCLUSIVE, b128[i], 0, 5000};
   check_preset(CM_PRESET_EXCLUSIVE_PAGES, D, w, 24, "ExclusivePages 128 MiB / 32");
-  static const uint64_t per6g[24] = {5000,  5000,  5000,  5000,  5000,  5000,  5000,  5000,
-                                     5000,  5000,  5000,  5000,  5000,  5000,  5000,  5000,
-                                     5000,  5000,  5000,  10000, 10000, 15000, 25000, 35000};
+  static const uint64_t per6g[24] = {5000, 5000, 5000, 5000,  5000,  5000,  5000,  5000,
+                                     5000, 5000, 5000, 5000,  5000,  5000,  5000,  5000,
+                                     5000, 5000, 5000, 10000, 10000, 15000, 25000, 35000};
   for (int i = 0; i < 24; i++) w[i] = (want){CM_POOL_EXCLUSIVE, b6g[i], 0, per6g[i]};
   cm_device_props_t p6g = {6 * GiB, 512};
   check_preset(CM_PRESET_EXCLUSIVE_PAGES, p6g, w, 24, "ExclusivePages 6 GiB / 512");
