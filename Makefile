@@ -47,8 +47,12 @@ valgrind: build
 fuzz:
 	bash fuzz/run.sh
 
+# Every benchmark number in one command: bench/results/replay.md (ratios, device
+# calls, ns/op per trace and layout) and bench/results/callgrind.md
+# (instructions per replay operation on cpu/torch-cpu-mobilenet-train).
 bench: build
 	bash bench/replay
+	bash bench/callgrind-report.sh $(BUILD) > bench/results/callgrind.md
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
