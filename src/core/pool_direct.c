@@ -10,8 +10,7 @@
 #include "core/pool_slots.h"
 
 typedef struct direct_pool {
-  cm__pool base;
-  cm__slots slots;
+  cm__slot_pool sp; /* sp.slots: NULL entries are tombstones */
   uint32_t *vacant;
   size_t nvacant, capvacant;
 } direct_pool;
@@ -25,25 +24,21 @@ static bool accept(const cm__pool *p, uint64_t size) {
 }
 
 static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
-  direct_pool *dp = DP(p);
   (void)size;
-  cm__tnode *n = cm__tree_lower_bound(&dp->slots.free, eff, 0, 0);
-  if (!n || n->k1 != eff) return NULL;
-  cm__tree_remove(&dp->slots.free, n);
-  return &CM__CONTAINER(n, cm__slot, node)->s;
+  return cm__slots_take_exact(p, eff);
 }
 
 static void release_slot(direct_pool *dp, size_t i) {
-  cm__slot *s = dp->slots.v[i];
-  cm__tree_remove(&dp->slots.free, &s->node);
-  cm__slot_release(&dp->base, s);
-  dp->slots.v[i] = NULL;
+  cm__slot *s = dp->sp.slots.v[i];
+  cm__tree_remove(&dp->sp.slots.free, &s->node);
+  cm__slot_release(&dp->sp.base, s);
+  dp->sp.slots.v[i] = NULL;
   if (dp->nvacant < dp->capvacant) dp->vacant[dp->nvacant++] = (uint32_t)i;
 }
 
 static int vacant_reserve(direct_pool *dp) {
-  if (dp->capvacant >= dp->slots.cap + 1) return CM_OK;
-  size_t nc = dp->slots.cap + 16;
+  if (dp->capvacant >= dp->sp.slots.cap + 1) return CM_OK;
+  size_t nc = dp->sp.slots.cap + 16;
   uint32_t *nv = realloc(dp->vacant, nc * sizeof *nv);
   if (!nv) return CM_ENOMEM;
   dp->vacant = nv;
@@ -52,12 +47,12 @@ static int vacant_reserve(direct_pool *dp) {
 }
 
 static void release_free(direct_pool *dp, uint64_t headroom) {
-  cm__pool *p = &dp->base;
+  cm__pool *p = &dp->sp.base;
   if (!p->opts.has_reclaim_at) return;
   uint64_t limit = p->opts.reclaim_at;
-  for (size_t i = 0; i < dp->slots.n; i++) {
+  for (size_t i = 0; i < dp->sp.slots.n; i++) {
     if (p->usage.bytes_reserved + headroom <= limit) return;
-    cm__slot *s = dp->slots.v[i];
+    cm__slot *s = dp->sp.slots.v[i];
     if (s && !s->s.used) release_slot(dp, i);
   }
 }
@@ -74,10 +69,10 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   if (dp->nvacant) {
     uint32_t i = dp->vacant[--dp->nvacant];
     s->s.index = i;
-    dp->slots.v[i] = s;
+    dp->sp.slots.v[i] = s;
   } else {
-    s->s.index = (uint32_t)dp->slots.n;
-    if (cm__slots_push(&dp->slots, s) != CM_OK) {
+    s->s.index = (uint32_t)dp->sp.slots.n;
+    if (cm__slots_push(&dp->sp.slots, s) != CM_OK) {
       if (s->s.mapped) cm_storage_dealloc(cm__pool_storage(p), s->s.storage_id, eff);
       else p->pages_unmapped--;
       free(s);
@@ -90,26 +85,16 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   return CM_OK;
 }
 
-static void on_free(cm__pool *p, cm__slice *s) { cm__slots_free_put(&DP(p)->slots, (cm__slot *)s); }
-
-static void take_free(cm__pool *p, cm__slice *s) {
-  cm__tree_remove(&DP(p)->slots.free, &((cm__slot *)s)->node);
-}
-
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   direct_pool *dp = DP(p);
   (void)alloc_nr;
   (void)serving;
   p->next_cleanup = UINT64_MAX;
   if (!explicit_cleanup) return;
-  for (size_t i = 0; i < dp->slots.n; i++) {
-    cm__slot *s = dp->slots.v[i];
+  for (size_t i = 0; i < dp->sp.slots.n; i++) {
+    cm__slot *s = dp->sp.slots.v[i];
     if (s && !s->s.used) release_slot(dp, i);
   }
-}
-
-static int materialize(cm__pool *p, cm__slice *s, cm_diag_t *diag) {
-  return cm__slot_materialize(p, s, diag);
 }
 
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
@@ -119,7 +104,7 @@ static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
 }
 
 static size_t check(cm__pool *p, cm_diag_t *diag) {
-  size_t bad = cm__slots_check(p, &DP(p)->slots);
+  size_t bad = cm__slots_check(p, cm__slots_of(p));
   if (bad && diag && !diag->message[0])
     cm__diag_set(diag, CM_ECORRUPT, "direct pool %u: %zu invariant violations", p->position, bad);
   return bad;
@@ -130,18 +115,11 @@ static size_t display(cm__pool *p, char *buf, size_t cap) {
   if (p->pages == 0) return 0;
   CM__OUT(buf, cap, len, "  - Direct: %" PRIu64 " slices, largest %" PRIu64 "\n", p->pages,
           p->largest_alloc);
-  char tmp[512];
-  cm_usage_display(&p->usage, tmp, sizeof tmp);
-  CM__OUT(buf, cap, len, "%s", tmp);
-  return len;
-}
-
-static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
-  cm__slots_for_each(&DP(p)->slots, fn, arg);
+  return cm__slots_display_usage(p, buf, cap, len, "");
 }
 
 static void destroy(cm__pool *p) {
-  cm__slots_destroy(p, &DP(p)->slots);
+  cm__slots_destroy(p, cm__slots_of(p));
   free(DP(p)->vacant);
   free(p);
 }
@@ -151,14 +129,14 @@ static const cm__pool_vt k_direct_vt = {
     .accept = accept,
     .try_reserve = try_reserve,
     .alloc = alloc,
-    .on_free = on_free,
-    .take_free = take_free,
+    .on_free = cm__slots_on_free,
+    .take_free = cm__slots_take_free,
     .cleanup = cleanup,
-    .materialize = materialize,
+    .materialize = cm__slots_materialize,
     .locate = locate,
     .check = check,
     .display = display,
-    .for_each = for_each,
+    .for_each = cm__slots_visit,
     .destroy = destroy,
 };
 
@@ -166,12 +144,12 @@ int cm__pool_direct_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_
                         cm__pool **out) {
   direct_pool *dp = calloc(1, sizeof *dp);
   if (!dp) return CM_ENOMEM;
-  dp->base.vt = &k_direct_vt;
-  dp->base.m = m;
-  dp->base.position = pos;
-  dp->base.opts = *o;
-  dp->base.alignment = m->props.alignment;
-  cm__tree_init(&dp->slots.free);
-  *out = &dp->base;
+  dp->sp.base.vt = &k_direct_vt;
+  dp->sp.base.m = m;
+  dp->sp.base.position = pos;
+  dp->sp.base.opts = *o;
+  dp->sp.base.alignment = m->props.alignment;
+  cm__tree_init(&dp->sp.slots.free);
+  *out = &dp->sp.base;
   return CM_OK;
 }

@@ -12,8 +12,7 @@
 #include "core/pool_slots.h"
 
 typedef struct excl_pool {
-  cm__pool base;
-  cm__slots pages;
+  cm__slot_pool sp; /* sp.slots: the pages */
   uint64_t last_check;
 } excl_pool;
 
@@ -24,9 +23,9 @@ static bool accept(const cm__pool *p, uint64_t size) { return size <= p->opts.ma
 static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   excl_pool *xp = XP(p);
   (void)eff;
-  cm__tnode *n = cm__tree_lower_bound(&xp->pages.free, size, 0, 0);
+  cm__tnode *n = cm__tree_lower_bound(&xp->sp.slots.free, size, 0, 0);
   if (!n) return NULL;
-  cm__tree_remove(&xp->pages.free, n);
+  cm__tree_remove(&xp->sp.slots.free, n);
   cm__slot *s = CM__CONTAINER(n, cm__slot, node);
   if (s->free_count) s->free_count--;
   return &s->s;
@@ -43,8 +42,8 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   cm__slot *s = NULL;
   int rc = cm__slot_new(p, eff, false, &s, diag);
   if (rc) return rc;
-  s->s.index = s->s.page = (uint32_t)xp->pages.n;
-  if (cm__slots_push(&xp->pages, s) != CM_OK) {
+  s->s.index = s->s.page = (uint32_t)xp->sp.slots.n;
+  if (cm__slots_push(&xp->sp.slots, s) != CM_OK) {
     cm_storage_dealloc(cm__pool_storage(p), s->s.storage_id, eff);
     free(s);
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
@@ -54,12 +53,6 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   cm__pool_reserved_add(p, (int64_t)eff);
   *out = &s->s;
   return CM_OK;
-}
-
-static void on_free(cm__pool *p, cm__slice *s) { cm__slots_free_put(&XP(p)->pages, (cm__slot *)s); }
-
-static void take_free(cm__pool *p, cm__slice *s) {
-  cm__tree_remove(&XP(p)->pages.free, &((cm__slot *)s)->node);
 }
 
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
@@ -77,27 +70,23 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
   if (p->opts.has_dealloc_period) p->next_cleanup = alloc_nr + (check ? check : 1);
   cm__tnode *keep = NULL;
   if (!explicit_cleanup && serving != UINT64_MAX && accept(p, serving))
-    keep = cm__tree_lower_bound(&xp->pages.free, serving, 0, 0);
+    keep = cm__tree_lower_bound(&xp->sp.slots.free, serving, 0, 0);
   bool released = false;
-  for (size_t i = 0; i < xp->pages.n; i++) {
-    cm__slot *s = xp->pages.v[i];
+  for (size_t i = 0; i < xp->sp.slots.n; i++) {
+    cm__slot *s = xp->sp.slots.v[i];
     if (s->s.used) continue;
     s->free_count++;
     if ((s->free_count >= 5 || explicit_cleanup) && &s->node != keep) {
-      cm__tree_remove(&xp->pages.free, &s->node);
+      cm__tree_remove(&xp->sp.slots.free, &s->node);
       cm__slot_release(p, s);
-      xp->pages.v[i] = NULL;
+      xp->sp.slots.v[i] = NULL;
       released = true;
     }
   }
   if (released) {
-    cm__slots_compact(&xp->pages);
-    for (size_t i = 0; i < xp->pages.n; i++) xp->pages.v[i]->s.page = (uint32_t)i;
+    cm__slots_compact(&xp->sp.slots);
+    for (size_t i = 0; i < xp->sp.slots.n; i++) xp->sp.slots.v[i]->s.page = (uint32_t)i;
   }
-}
-
-static int materialize(cm__pool *p, cm__slice *s, cm_diag_t *diag) {
-  return cm__slot_materialize(p, s, diag);
 }
 
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
@@ -107,7 +96,7 @@ static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
 }
 
 static size_t check(cm__pool *p, cm_diag_t *diag) {
-  size_t bad = cm__slots_check(p, &XP(p)->pages);
+  size_t bad = cm__slots_check(p, cm__slots_of(p));
   if (bad && diag && !diag->message[0])
     cm__diag_set(diag, CM_ECORRUPT, "exclusive pool %u: %zu invariant violations", p->position, bad);
   return bad;
@@ -117,23 +106,15 @@ static size_t display(cm__pool *p, char *buf, size_t cap) {
   excl_pool *xp = XP(p);
   size_t len = 0;
   CM__OUT(buf, cap, len, " - Exclusive Pool max_alloc_size=%" PRIu64 "\n", p->opts.max_alloc_size);
-  for (size_t i = 0; i < xp->pages.n; i++)
-    CM__OUT(buf, cap, len, "   - Page %" PRIu64 " is_free=%s\n", xp->pages.v[i]->s.span,
-            xp->pages.v[i]->s.used ? "false" : "true");
-  if (xp->pages.n) {
-    char tmp[512];
-    cm_usage_display(&p->usage, tmp, sizeof tmp);
-    CM__OUT(buf, cap, len, "\n%s", tmp);
-  }
+  for (size_t i = 0; i < xp->sp.slots.n; i++)
+    CM__OUT(buf, cap, len, "   - Page %" PRIu64 " is_free=%s\n", xp->sp.slots.v[i]->s.span,
+            xp->sp.slots.v[i]->s.used ? "false" : "true");
+  if (xp->sp.slots.n) len = cm__slots_display_usage(p, buf, cap, len, "\n");
   return len;
 }
 
-static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
-  cm__slots_for_each(&XP(p)->pages, fn, arg);
-}
-
 static void destroy(cm__pool *p) {
-  cm__slots_destroy(p, &XP(p)->pages);
+  cm__slots_destroy(p, cm__slots_of(p));
   free(p);
 }
 
@@ -142,14 +123,14 @@ static const cm__pool_vt k_excl_vt = {
     .accept = accept,
     .try_reserve = try_reserve,
     .alloc = alloc,
-    .on_free = on_free,
-    .take_free = take_free,
+    .on_free = cm__slots_on_free,
+    .take_free = cm__slots_take_free,
     .cleanup = cleanup,
-    .materialize = materialize,
+    .materialize = cm__slots_materialize,
     .locate = locate,
     .check = check,
     .display = display,
-    .for_each = for_each,
+    .for_each = cm__slots_visit,
     .destroy = destroy,
 };
 
@@ -157,12 +138,12 @@ int cm__pool_exclusive_new(struct cm_manager *m, const cm_pool_options_t *o, uin
                            cm__pool **out) {
   excl_pool *xp = calloc(1, sizeof *xp);
   if (!xp) return CM_ENOMEM;
-  xp->base.vt = &k_excl_vt;
-  xp->base.m = m;
-  xp->base.position = pos;
-  xp->base.opts = *o;
-  xp->base.alignment = m->props.alignment;
-  cm__tree_init(&xp->pages.free);
-  *out = &xp->base;
+  xp->sp.base.vt = &k_excl_vt;
+  xp->sp.base.m = m;
+  xp->sp.base.position = pos;
+  xp->sp.base.opts = *o;
+  xp->sp.base.alignment = m->props.alignment;
+  cm__tree_init(&xp->sp.slots.free);
+  *out = &xp->sp.base;
   return CM_OK;
 }

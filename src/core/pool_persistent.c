@@ -10,9 +10,8 @@
 #include "core/pool_slots.h"
 
 typedef struct pers_pool {
-  cm__pool base;
-  cm__slots slots;
-  cm__tree all;
+  cm__slot_pool sp; /* sp.slots: every slice */
+  cm__tree all;     /* all slices keyed (effective size, index) */
 } pers_pool;
 
 static pers_pool *PP(cm__pool *p) { return (pers_pool *)p; }
@@ -30,12 +29,8 @@ static bool accept(const cm__pool *p, uint64_t size) {
 }
 
 static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
-  pers_pool *pp = PP(p);
   (void)size;
-  cm__tnode *n = cm__tree_lower_bound(&pp->slots.free, eff, 0, 0);
-  if (!n || n->k1 != eff) return NULL;
-  cm__tree_remove(&pp->slots.free, n);
-  return &CM__CONTAINER(n, cm__slot, node)->s;
+  return cm__slots_take_exact(p, eff);
 }
 
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
@@ -45,8 +40,8 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   cm__slot *s = NULL;
   int rc = cm__slot_new(p, eff, lazy, &s, diag);
   if (rc) return rc;
-  s->s.index = (uint32_t)pp->slots.n;
-  if (cm__slots_push(&pp->slots, s) != CM_OK) {
+  s->s.index = (uint32_t)pp->sp.slots.n;
+  if (cm__slots_push(&pp->sp.slots, s) != CM_OK) {
     if (s->s.mapped) cm_storage_dealloc(cm__pool_storage(p), s->s.storage_id, eff);
     else p->pages_unmapped--;
     free(s);
@@ -62,12 +57,6 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   return CM_OK;
 }
 
-static void on_free(cm__pool *p, cm__slice *s) { cm__slots_free_put(&PP(p)->slots, (cm__slot *)s); }
-
-static void take_free(cm__pool *p, cm__slice *s) {
-  cm__tree_remove(&PP(p)->slots.free, &((cm__slot *)s)->node);
-}
-
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   pers_pool *pp = PP(p);
   (void)alloc_nr;
@@ -75,21 +64,17 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
   p->next_cleanup = UINT64_MAX;
   if (!explicit_cleanup) return;
   bool released = false;
-  for (size_t i = 0; i < pp->slots.n; i++) {
-    cm__slot *s = pp->slots.v[i];
+  for (size_t i = 0; i < pp->sp.slots.n; i++) {
+    cm__slot *s = pp->sp.slots.v[i];
     if (s->s.used) continue;
-    cm__tree_remove(&pp->slots.free, &s->node);
+    cm__tree_remove(&pp->sp.slots.free, &s->node);
     cm__tree_remove(&pp->all, &s->all);
     cm__slot_release(p, s);
-    pp->slots.v[i] = NULL;
+    pp->sp.slots.v[i] = NULL;
     released = true;
   }
-  if (released) cm__slots_compact(&pp->slots);
+  if (released) cm__slots_compact(&pp->sp.slots);
   cm_storage_flush(cm__pool_storage(p));
-}
-
-static int materialize(cm__pool *p, cm__slice *s, cm_diag_t *diag) {
-  return cm__slot_materialize(p, s, diag);
 }
 
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
@@ -100,8 +85,8 @@ static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
 
 static size_t check(cm__pool *p, cm_diag_t *diag) {
   pers_pool *pp = PP(p);
-  size_t bad = cm__slots_check(p, &pp->slots);
-  if (pp->all.count != pp->slots.n) bad++;
+  size_t bad = cm__slots_check(p, &pp->sp.slots);
+  if (pp->all.count != pp->sp.slots.n) bad++;
   bad += cm__tree_check(&pp->all);
   if (bad && diag && !diag->message[0])
     cm__diag_set(diag, CM_ECORRUPT, "persistent pool: %zu invariant violations", bad);
@@ -124,20 +109,12 @@ static size_t display(cm__pool *p, char *buf, size_t cap) {
     CM__OUT(buf, cap, len, "  - Slices %" PRIu64 " =>  %" PRIu64 " free - %" PRIu64
             " full - %" PRIu64 " total\n", sz, fr, full, tot);
   }
-  if (pp->slots.n) {
-    char tmp[512];
-    cm_usage_display(&p->usage, tmp, sizeof tmp);
-    CM__OUT(buf, cap, len, "%s", tmp);
-  }
+  if (pp->sp.slots.n) len = cm__slots_display_usage(p, buf, cap, len, "");
   return len;
 }
 
-static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
-  cm__slots_for_each(&PP(p)->slots, fn, arg);
-}
-
 static void destroy(cm__pool *p) {
-  cm__slots_destroy(p, &PP(p)->slots);
+  cm__slots_destroy(p, cm__slots_of(p));
   free(p);
 }
 
@@ -146,28 +123,28 @@ static const cm__pool_vt k_pers_vt = {
     .accept = accept,
     .try_reserve = try_reserve,
     .alloc = alloc,
-    .on_free = on_free,
-    .take_free = take_free,
+    .on_free = cm__slots_on_free,
+    .take_free = cm__slots_take_free,
     .cleanup = cleanup,
-    .materialize = materialize,
+    .materialize = cm__slots_materialize,
     .locate = locate,
     .check = check,
     .display = display,
-    .for_each = for_each,
+    .for_each = cm__slots_visit,
     .destroy = destroy,
 };
 
 int cm__pool_persistent_new(struct cm_manager *m, cm__pool **out) {
   pers_pool *pp = calloc(1, sizeof *pp);
   if (!pp) return CM_ENOMEM;
-  pp->base.vt = &k_pers_vt;
-  pp->base.m = m;
-  pp->base.position = CM_PERSISTENT_POOL;
-  pp->base.opts.kind = CM_POOL_DIRECT;
-  pp->base.opts.max_alloc_size = m->props.max_page_size;
-  pp->base.alignment = m->props.alignment;
-  cm__tree_init(&pp->slots.free);
+  pp->sp.base.vt = &k_pers_vt;
+  pp->sp.base.m = m;
+  pp->sp.base.position = CM_PERSISTENT_POOL;
+  pp->sp.base.opts.kind = CM_POOL_DIRECT;
+  pp->sp.base.opts.max_alloc_size = m->props.max_page_size;
+  pp->sp.base.alignment = m->props.alignment;
+  cm__tree_init(&pp->sp.slots.free);
   cm__tree_init(&pp->all);
-  *out = &pp->base;
+  *out = &pp->sp.base;
   return CM_OK;
 }

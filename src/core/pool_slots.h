@@ -27,6 +27,25 @@ typedef struct cm__slots {
   cm__tree free; /* keyed (span, index, 0) */
 } cm__slots;
 
+/* The common head of exclusive, direct and persistent pools. */
+typedef struct cm__slot_pool {
+  cm__pool base;
+  cm__slots slots;
+} cm__slot_pool;
+
+static inline cm__slots *cm__slots_of(cm__pool *p) { return &((cm__slot_pool *)p)->slots; }
+
+/* Shared vtable entries of the slot pools (pool_slots.c). */
+void cm__slots_on_free(cm__pool *p, cm__slice *s);   /* into the free tree */
+void cm__slots_take_free(cm__pool *p, cm__slice *s); /* out of the free tree */
+int cm__slots_materialize(cm__pool *p, cm__slice *s, cm_diag_t *diag);
+void cm__slots_visit(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg);
+/* The free slot of exactly `eff` bytes with the lowest index, removed from
+ * the free tree, or NULL. */
+cm__slice *cm__slots_take_exact(cm__pool *p, uint64_t eff);
+/* Usage line for a display when the pool holds anything. */
+size_t cm__slots_display_usage(cm__pool *p, char *buf, size_t cap, size_t len, const char *sep);
+
 static inline int cm__slots_push(cm__slots *v, cm__slot *s) {
   if (v->n == v->cap) {
     size_t nc = v->cap ? v->cap * 2 : 16;
@@ -136,20 +155,6 @@ static inline int cm__slot_new(cm__pool *p, uint64_t span, bool lazy, cm__slot *
   s->s.span = span;
   s->s.pool = p->position;
   *out = s;
-  return CM_OK;
-}
-
-static inline int cm__slot_materialize(cm__pool *p, cm__slice *s, cm_diag_t *diag) {
-  if (s->mapped) return CM_OK;
-  uint64_t id;
-  int rc = cm_storage_alloc(cm__pool_storage(p), s->span, &id, diag);
-  if (rc)
-    return cm__diag_set(diag, CM_EMAPPING,
-                        "mapping a lazily reserved slice of %" PRIu64 " bytes failed: %s", s->span,
-                        cm_strerror(rc));
-  s->storage_id = id;
-  s->mapped = 1;
-  p->pages_unmapped--;
   return CM_OK;
 }
 
