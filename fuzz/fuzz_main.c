@@ -26,6 +26,8 @@
 /* Targets without an initialiser leave this weak reference NULL. */
 #pragma weak LLVMFuzzerInitialize
 
+int cm_fuzz_replaying = 1;
+
 static int run_file(const char *path, size_t *count) {
   FILE *f = fopen(path, "rb");
   if (!f) {

@@ -14,11 +14,12 @@
  * A model tracks every user reference and the slice ("object") it refers to:
  * requested size, live / stale / never placed, and the storage range the
  * first resolution returned. After every operation the target checks:
- *  - cm_manager_check() reports no violated invariant (after each of the
- *    first CHECK_ALL_OPS operations, then every CHECK_EVERY-th and at the
- *    end: the check walks every granule of the reserved address space, about
- *    a millisecond per call, which would otherwise cap the fuzzer at a few
- *    inputs per second);
+ *  - cm_manager_check() reports no violated invariant: after every
+ *    operation when replaying a corpus (fuzz_main.c); while fuzzing, after
+ *    each of the first CHECK_ALL_OPS operations, then every CHECK_EVERY-th
+ *    and at the end - the check walks every granule of the reserved address
+ *    space (about a millisecond per call, more under ASan) and would
+ *    otherwise hold the fuzzer to a few inputs per second;
  *  - each call's status is one the API documents for that situation
  *    (lookups of live objects succeed, of stale or unplaced ones fail with
  *    CM_ENOTFOUND; failed reserves leave the handle empty);
@@ -51,7 +52,7 @@
   } while (0)
 
 enum { MAXH = 48, MAXB = 48, MAXO = 160, MAXPINS = 4, MAXOPS = 1000 };
-enum { CHECK_ALL_OPS = 32, CHECK_EVERY = 16 };
+enum { CHECK_ALL_OPS = 8, CHECK_EVERY = 64 };
 
 typedef struct mobj {
   bool used;   /* some user reference points at this descriptor */
@@ -582,6 +583,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->p = data;
   s->end = data + size;
   g_opno = 0;
+  const bool replaying = &cm_fuzz_replaying != NULL && cm_fuzz_replaying;
 
   uint8_t cfg = take(s), cfg2 = take(s);
   s->host = (cfg & 3) == 3;
@@ -622,7 +624,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (s->p < s->end && g_opno < MAXOPS) {
     g_opno++;
     one_op(s);
-    check_usage(s, g_opno <= CHECK_ALL_OPS || g_opno % CHECK_EVERY == 0 || s->p == s->end);
+    check_usage(s, replaying || g_opno <= CHECK_ALL_OPS || g_opno % CHECK_EVERY == 0 ||
+                       s->p == s->end);
   }
   teardown(s);
   return 0;

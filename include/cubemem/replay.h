@@ -113,7 +113,8 @@ typedef struct cm_replay_sample {
 } cm_replay_sample_t;
 
 typedef struct cm_replay_options {
-  /* > 0: record a timeline of at most this many samples, and a per-pool
+  /* > 0: record a timeline of at most this many samples after the starting
+   * sample at event 0 (so timeline_count <= timeline_points + 1), and a per-pool
    * snapshot of reserved bytes at the storage peak. This queries the storage
    * statistics after every event, so the measured time includes it: time a
    * separate run without it. 0 (default): no timeline. */

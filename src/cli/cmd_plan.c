@@ -144,8 +144,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
 
 /* One dry-run replay of `t` through a fresh simulated device and manager. */
 static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_t n,
-                      cm_device_props_t props, uint64_t capacity, bool dry,
-                      cm_replay_result_t *res, cm_diag_t *d) {
+                      cm_device_props_t props, uint64_t capacity, cm_replay_result_t *res,
+                      cm_diag_t *d) {
   cm_storage_t *st = NULL;
   int rc = cm_storage_sim_create(capacity, true, 0, &st);
   if (rc) {
@@ -165,19 +165,11 @@ static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_
     cm_storage_destroy(st);
     return rc;
   }
-  if (dry) cm_manager_dry_run_begin(m);
+  cm_manager_dry_run_begin(m);
   rc = cm_replay_run(t, m, NULL, res, d);
-  if (dry) cm_manager_dry_run_end(m);
+  cm_manager_dry_run_end(m);
   cm_manager_destroy(m);
   return rc;
-}
-
-/* Did every dynamic pool that served a request account reserved bytes? */
-static bool lazy_accounted(const cm_replay_result_t *r, size_t n) {
-  for (size_t i = 0; i < n && i < r->pool_count; i++)
-    if (r->pool_reports[i].largest_alloc > 0 && r->pool_reports[i].bytes_reserved_peak == 0)
-      return false;
-  return true;
 }
 
 static bool cappable(cm_pool_kind_t k) { return k == CM_POOL_SLICED || k == CM_POOL_ARENA; }
@@ -248,18 +240,7 @@ int cm_cli_plan(int argc, char **argv) {
   memset(&base, 0, sizeof base);
   memset(&check, 0, sizeof check);
   cm_diag_clear(&d);
-  bool dry = true;
-  int rc = dry_replay(t, pools, n, props, o.capacity, true, &base, &d);
-  if (rc == CM_OK && !lazy_accounted(&base, n)) {
-    /* A pool served requests under the dry run but reports no reserved
-     * bytes: it does not account lazily reserved memory, so its peak is not
-     * measurable that way. The simulated device holds no memory either, so
-     * measure with an eager replay on it instead. */
-    cm_replay_result_free(&base);
-    dry = false;
-    cm_diag_clear(&d);
-    rc = dry_replay(t, pools, n, props, o.capacity, false, &base, &d);
-  }
+  int rc = dry_replay(t, pools, n, props, o.capacity, &base, &d);
   if (rc) {
     fprintf(stderr, "cubemem plan: %s [%s]: %s\n", o.trace, o.layout,
             d.message[0] ? d.message : cm_strerror(rc));
@@ -286,7 +267,7 @@ int cm_cli_plan(int argc, char **argv) {
     goto out;
   }
   cm_diag_clear(&d);
-  rc = dry_replay(t, back, nb, props, o.capacity, dry, &check, &d);
+  rc = dry_replay(t, back, nb, props, o.capacity, &check, &d);
   if (rc) {
     fprintf(stderr, "cubemem plan: %s [planned]: %s\n", o.trace,
             d.message[0] ? d.message : cm_strerror(rc));
@@ -303,10 +284,9 @@ int cm_cli_plan(int argc, char **argv) {
          t->count, t->allocs, t->frees, a, t->peak_live_bytes);
   fmt_b(o.capacity, a, sizeof a);
   fmt_b(props.max_page_size, b, sizeof b);
-  printf("device  sim, %s, max page %s, alignment %" PRIu64 " (%s)\n", a, b, props.alignment,
-         dry ? "dry run: no device memory reserved"
-             : "eager replay on the simulated device: a pool of this layout does not account "
-               "lazily reserved memory under a dry run");
+  printf("device  sim, %s, max page %s, alignment %" PRIu64
+         " (dry run: no device memory reserved)\n",
+         a, b, props.alignment);
   printf("layout  %s\n", o.layout);
   fmt_b(base.manager_reserved_peak, a, sizeof a);
   printf("        measured peak reserved %s (%" PRIu64 " bytes), %.3f x the live peak\n", a,

@@ -42,10 +42,28 @@
  * free mapped count); the explicit cleanup unmaps everything free and gives
  * back address ranges with nothing in use.
  *
+ * Dry runs (spec §6). Under a dry run granules are mapped "virtually": set in
+ * `mapped` and in a per-region `virt` bitmap, counted in reserved bytes, the
+ * peaks, the hysteresis budget, the cap and the trims exactly as real ones,
+ * but never mapped in the storage; so a dry run places, trims and peaks
+ * exactly as an eager run of the same sequence. A slice covering a virtual
+ * granule is unmapped (pages_unmapped) until materialize, which maps the
+ * virtual granules it covers through the storage (one call per run) without
+ * changing any count. Unmapping a virtual granule (trim, destroy) makes no
+ * storage call. Outside a dry run, a slice placed on virtual granules has
+ * them mapped for real first, so eager memory is always backed. `unbacked`
+ * counts the virtual granules; while it is 0 (every eager-only run) the
+ * reservation fast path pays a single test for all this.
+ *
  * Segments (no VM). A new segment is max(request, held/4 clamped to
  * [2 MiB, 1 GiB]) or page_size when given; entirely free segments are given
  * back before growing, by the explicit cleanup, and by the periodic cleanup
- * once idle for a whole period. Lazy (dry-run) reservations are eager here.
+ * once idle for a whole period. A segment opened under a dry run is counted
+ * whole (reserved bytes, peaks, cap) but not allocated ("lazy", with an id
+ * from cm__manager_lazy_id; `unbacked` counts them): its slices are unmapped
+ * until one is materialized or an eager reservation lands in it, which
+ * allocates the segment and rewrites the id of every block (offsets stay).
+ * A lazy segment is given back without a storage call.
  *
  * Descriptors. Each block keeps its descriptor; a block merged away goes to a
  * bounded spare list with its (unreferenced, owned) descriptor, and splits
@@ -54,7 +72,10 @@
  * Invariants (check()): blocks tile each region; no two adjacent free
  * blocks; a free block is in the bin of its span; bitmaps match the lists;
  * usage and reserved bytes equal their recomputation; fm == mapped & ~used,
- * cnt matches the used blocks, mapped used blocks have every granule mapped.
+ * cnt matches the used blocks, mapped used blocks have every granule mapped
+ * and none virtual; virt is a subset of mapped; `unbacked` equals the virtual
+ * granules / lazy segments; a segment's used blocks are unmapped iff it is
+ * lazy.
  *
  * Exports: cm__pool_arena_new.
  */
@@ -109,10 +130,13 @@ typedef struct region {
   uint64_t id, size;
   ablk *first;
   bool vm;
+  bool lazy;           /* segment: counted, but not allocated in the storage yet (dry run) */
   uint64_t idle_since; /* segment: alloc_nr when it became all free, 0 = in use */
   /* VM only */
   uint64_t ngran, nwords, mapped_gran, top; /* top: 1 + highest granule ever mapped */
   uint64_t *mapped, *fm;
+  uint64_t *virt; /* counted as mapped (in `mapped`) but not mapped in the storage;
+                   * allocated by the first dry run that maps in the region */
   uint32_t *cnt;
   uint32_t *trimmed; /* per granule: reservation count (low bits) when trimmed, 0 = never */
 } region;
@@ -132,6 +156,9 @@ typedef struct arena {
   size_t nspare;
   uint64_t held;        /* bytes held: mapped granules + segments */
   uint64_t free_mapped; /* VM: free mapped granules, all regions */
+  /* Memory counted but not backed by the storage (dry runs): VM: virtual
+   * granules, all regions; segments: segments not allocated yet. */
+  uint64_t unbacked;
   uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
   uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
   uint64_t period;
@@ -142,6 +169,8 @@ typedef struct arena {
 
 static arena *AR(cm__pool *p) { return (arena *)p; }
 static ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
+/* Is a dry run open on the manager (spec §6)? */
+static bool dry_run(const arena *a) { return a->base.m->dry_runs > 0; }
 
 /* ---- bins -------------------------------------------------------------------- */
 
@@ -239,6 +268,12 @@ static inline bool bits_all(const uint64_t *bm, uint64_t lo, uint64_t hi) {
   return true;
 }
 
+static bool bits_none(const uint64_t *bm, uint64_t lo, uint64_t hi) {
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    if (bm[w] & wmask(w, lo, hi)) return false;
+  return true;
+}
+
 /* Clear bits [lo, hi]; return how many were set. */
 static uint64_t bits_clear(uint64_t *bm, uint64_t lo, uint64_t hi) {
   uint64_t n = 0;
@@ -314,10 +349,35 @@ static bool range_mapped(arena *a, region *r, uint64_t off, uint64_t len) {
   return bits_all(r->mapped, off >> a->gshift, (off + len - 1) >> a->gshift);
 }
 
-/* Unmap granules [lo, hi] of r (all free and mapped). */
+/* Is granule g of r backed by the storage (mapped and not virtual)? */
+static inline bool backed(const region *r, uint64_t g) {
+  return bit(r->mapped, g) && !(r->virt && bit(r->virt, g));
+}
+
+/* Any virtual granule in [lo, hi] of r? */
+static inline bool virt_in(const arena *a, const region *r, uint64_t lo, uint64_t hi) {
+  return a->unbacked && r->virt && !bits_none(r->virt, lo, hi);
+}
+
+/* Unmap granules [lo, hi] of r (all free and mapped). Virtual granules are
+ * only uncounted: the storage is called for the runs of real ones. */
 static void unmap_run(arena *a, region *r, uint64_t lo, uint64_t hi) {
   uint64_t n = hi - lo + 1;
-  cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, n << a->gshift);
+  if (__builtin_expect(!virt_in(a, r, lo, hi), 1)) {
+    cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, n << a->gshift);
+  } else {
+    for (uint64_t g = lo; g <= hi;) {
+      if (bit(r->virt, g)) {
+        g++;
+        continue;
+      }
+      uint64_t e = g;
+      while (e < hi && !bit(r->virt, e + 1)) e++;
+      cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
+      g = e + 1;
+    }
+    a->unbacked -= bits_clear(r->virt, lo, hi);
+  }
   uint32_t stamp = a->ops ? a->ops : 1;
   for (uint64_t g = lo; g <= hi; g++) r->trimmed[g] = stamp;
   bits_clear(r->mapped, lo, hi);
@@ -359,35 +419,60 @@ static uint64_t trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, 
   return done;
 }
 
-/* Map every unmapped granule of [lo, hi] in r, one call per run. `covered`:
- * the range lies inside a used block (else the new granules are free until
- * the caller places a block). On failure every run mapped here is unmapped
- * again and nothing changes. */
-static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered,
-                     cm_diag_t *diag) {
-  uint64_t regret = 0;
+/* Storage-map the runs of granules of [lo, hi] that are not backed (unmapped
+ * or virtual; `anyv`: the range has virtual granules), one call per run. On
+ * failure the runs mapped here are unmapped again. Bits are not touched. */
+static inline __attribute__((always_inline)) int map_runs(arena *a, region *r, uint64_t lo,
+                                                         uint64_t hi, bool anyv, cm_diag_t *diag) {
+#define BACKED(g) (bit(r->mapped, (g)) && !(anyv && bit(r->virt, (g))))
   for (uint64_t g = lo; g <= hi;) {
-    if (bit(r->mapped, g)) {
+    if (BACKED(g)) {
       g++;
       continue;
     }
     uint64_t e = g;
-    while (e < hi && !bit(r->mapped, e + 1)) e++;
+    while (e < hi && !BACKED(e + 1)) e++;
     int rc = cm__storage_vm_map(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift, diag);
     if (rc != CM_OK) {
       for (uint64_t x = lo; x < g;) { /* bits are unchanged: undo the runs before g */
-        if (bit(r->mapped, x)) {
+        if (BACKED(x)) {
           x++;
           continue;
         }
         uint64_t y = x;
-        while (y + 1 < g && !bit(r->mapped, y + 1)) y++;
+        while (y + 1 < g && !BACKED(y + 1)) y++;
         cm__storage_vm_unmap(a->st, r->id, x << a->gshift, (y - x + 1) << a->gshift);
         x = y + 1;
       }
       return rc;
     }
     g = e + 1;
+  }
+#undef BACKED
+  return CM_OK;
+}
+
+/* Map every unmapped granule of [lo, hi] in r. `covered`: the range lies
+ * inside a used block (else the new granules are free until the caller
+ * places a block). `lazy` (dry run): the granules are counted exactly as
+ * mapped ones but only marked virtual, with no storage call. Otherwise every
+ * granule not backed yet, virtual ones included, is mapped in the storage,
+ * one call per run; virtual granules were counted already, so backing them
+ * changes no accounting. On failure every run mapped here is unmapped again
+ * and nothing changes. */
+static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
+                     cm_diag_t *diag) {
+  uint64_t regret = 0;
+  bool anyv = virt_in(a, r, lo, hi);
+  if (!lazy) {
+    int rc = anyv ? map_runs(a, r, lo, hi, true, diag) : map_runs(a, r, lo, hi, false, diag);
+    if (rc != CM_OK) return rc;
+    if (anyv) a->unbacked -= bits_clear(r->virt, lo, hi);
+  } else {
+    if (!r->virt && !(r->virt = calloc(r->nwords, sizeof(uint64_t))))
+      return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+    for (uint64_t w = lo / 64; w <= hi / 64; w++) /* what gets mapped below is virtual */
+      r->virt[w] |= ~r->mapped[w] & wmask(w, lo, hi);
   }
   uint64_t n = 0;
   for (uint64_t g = lo; g <= hi; g++) {
@@ -400,6 +485,8 @@ static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered
       a->free_mapped++;
     }
   }
+  if (n == 0) return CM_OK; /* only virtual granules were backed */
+  if (lazy) a->unbacked += n;
   r->mapped_gran += n;
   /* feedback: re-mapping what was just trimmed raises the budget, a map
    * without regret lets it decay */
@@ -502,6 +589,7 @@ static int region_slot(arena *a, uint32_t *out) {
 static void region_free_mem(region *r) {
   free(r->mapped);
   free(r->fm);
+  free(r->virt);
   free(r->cnt);
   free(r->trimmed);
   free(r);
@@ -541,7 +629,8 @@ static void region_release(arena *a, uint32_t ri) {
   if (r->vm) {
     cm__storage_vm_release(a->st, r->id, r->size);
   } else {
-    cm_storage_dealloc(a->st, r->id, r->size);
+    if (r->lazy) a->unbacked--;
+    else cm_storage_dealloc(a->st, r->id, r->size);
     a->held -= r->size;
     cm__pool_reserved_add(&a->base, -(int64_t)r->size);
   }
@@ -564,7 +653,6 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
     if (b) node_put(a, b);
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
   }
-  (void)lazy;
   int rc = CM_OK;
   if (a->vm) {
     uint64_t size = a->base.opts.page_size ? a->base.opts.page_size : a->gran * REGION_GRANULES;
@@ -600,8 +688,14 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
         goto fail;
       }
     }
-    rc = cm_storage_alloc(a->st, size, &r->id, diag);
-    if (rc != CM_OK) goto fail;
+    if (lazy) { /* dry run: counted now, allocated when first needed */
+      r->id = cm__manager_lazy_id(a->base.m);
+      r->lazy = true;
+      a->unbacked++;
+    } else {
+      rc = cm_storage_alloc(a->st, size, &r->id, diag);
+      if (rc != CM_OK) goto fail;
+    }
     r->size = size;
     a->held += size;
     cm__pool_reserved_add(&a->base, (int64_t)size);
@@ -695,6 +789,61 @@ static bool accept(const cm__pool *p, uint64_t size) {
   return p->opts.max_alloc_size == 0 || size <= p->opts.max_alloc_size;
 }
 
+/* Allocate lazy segment r in the storage: the region and every block in it
+ * take the new id (offsets stay) and its used blocks become mapped. On
+ * failure nothing changes. */
+static int seg_back(arena *a, region *r, cm_diag_t *diag) {
+  uint64_t id;
+  int rc = cm_storage_alloc(a->st, r->size, &id, diag);
+  if (rc != CM_OK) return rc;
+  r->id = id;
+  r->lazy = false;
+  a->unbacked--;
+  for (ablk *b = r->first; b; b = b->next) {
+    b->s.storage_id = id;
+    if (!b->free && !b->s.mapped) {
+      b->s.mapped = 1;
+      a->base.pages_unmapped--;
+    }
+  }
+  return CM_OK;
+}
+
+/* Block u, just placed in lazy segment r: unmapped under a dry run, else the
+ * segment is allocated now (on failure u stays unmapped until materialized). */
+static void seg_placed(arena *a, region *r, ablk *u) {
+  if (dry_run(a) || seg_back(a, r, NULL) != CM_OK) {
+    u->s.mapped = 0;
+    a->base.pages_unmapped++;
+  }
+}
+
+/* try_reserve on a fit whose range is counted as mapped while some granules
+ * are virtual anywhere: memory counted by a dry run stays virtual under a dry
+ * run (the slice is unmapped until materialized) and is backed now otherwise
+ * (on failure NULL: alloc then reports the error). */
+static __attribute__((noinline)) cm__slice *reserve_virt(arena *a, ablk *b, uint64_t s) {
+  region *r = b->rg;
+  if (!r->vm) {
+    if (r->lazy && !dry_run(a) && seg_back(a, r, NULL) != CM_OK) return NULL;
+    ablk *u = place(a, b, s);
+    if (r->lazy) seg_placed(a, r, u);
+    return &u->s;
+  }
+  uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + s - 1) >> a->gshift;
+  bool unbacked = false;
+  if (virt_in(a, r, g0, g1)) {
+    if (dry_run(a)) unbacked = true;
+    else if (map_range(a, r, g0, g1, false, false, NULL) != CM_OK) return NULL;
+  }
+  ablk *u = place(a, b, s);
+  if (unbacked) {
+    u->s.mapped = 0;
+    a->base.pages_unmapped++;
+  }
+  return &u->s;
+}
+
 static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   arena *a = AR(p);
   (void)size;
@@ -706,6 +855,7 @@ static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   if (r->vm && !range_mapped(a, r, b->s.offset, s)) {
     if (!(b = find_mapped_fit(a, s, ALT_LIMIT))) return NULL;
   }
+  if (__builtin_expect(a->unbacked != 0, 0)) return reserve_virt(a, b, s);
   return &place(a, b, s)->s;
 }
 
@@ -718,11 +868,16 @@ static bool over_cap(const arena *a, uint64_t add) {
   return capped(a) && (add > cap || a->held > cap - add);
 }
 
-/* Map what placing span s at the low end of free block b needs. */
-static int map_for(arena *a, ablk *b, uint64_t s, cm_diag_t *diag) {
+/* Map what placing span s at the low end of free block b needs; `lazy`: count
+ * the granules as mapped without mapping them (dry run), with the very same
+ * trimming and batching decisions, so a dry run places as an eager run does. */
+static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   region *r = b->rg;
   uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + s - 1) >> a->gshift;
-  if (bits_all(r->mapped, g0, g1)) return CM_OK;
+  if (bits_all(r->mapped, g0, g1)) {
+    if (!lazy && virt_in(a, r, g0, g1)) return map_range(a, r, g0, g1, false, false, diag);
+    return CM_OK;
+  }
   /* growth batching: extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = (a->held >> a->gshift) >> EXT_SHIFT;
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
@@ -738,7 +893,7 @@ static int map_for(arena *a, ablk *b, uint64_t s, cm_diag_t *diag) {
     if (over_cap(a, need << a->gshift)) trim(a, UINT64_MAX, r, g0, g1);
     if (over_cap(a, need << a->gshift)) return cap_error(a, s, diag);
   }
-  return map_range(a, r, g0, hi, false, diag);
+  return map_range(a, r, g0, hi, false, lazy, diag);
 }
 
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
@@ -756,16 +911,21 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     if (rc != CM_OK) return rc;
   }
   region *r = b->rg;
-  if (r->vm && !lazy) {
-    int rc = map_for(a, b, s, diag);
+  if (r->vm) {
+    int rc = map_for(a, b, s, lazy, diag);
     if (rc != CM_OK) {
       if (region_idle(r) && r->mapped_gran == 0 && r->first == b && b->s.span == r->size)
         region_release(a, b->region); /* a region opened for this call */
       return rc;
     }
+  } else if (r->lazy && !lazy) {
+    int rc = seg_back(a, r, diag); /* eager memory is always backed */
+    if (rc != CM_OK) return rc;
   }
   ablk *u = place(a, b, s);
-  if (r->vm && lazy && !range_mapped(a, r, u->s.offset, u->s.span)) {
+  if (r->vm ? lazy && virt_in(a, r, u->s.offset >> a->gshift,
+                              (u->s.offset + u->s.span - 1) >> a->gshift)
+            : r->lazy) {
     u->s.mapped = 0;
     p->pages_unmapped++;
   }
@@ -821,15 +981,21 @@ static void take_free(cm__pool *p, cm__slice *sl) {
   region *r = b->rg;
   if (r->vm) {
     used_add(a, r, b->s.offset, b->s.span);
-    if (!range_mapped(a, r, b->s.offset, b->s.span)) {
-      uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
-      if (map_range(a, r, g0, g1, true, NULL) != CM_OK) {
+    uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+    bool lazy = dry_run(a);
+    if (!bits_all(r->mapped, g0, g1) || (!lazy && virt_in(a, r, g0, g1))) {
+      if (map_range(a, r, g0, g1, true, lazy, NULL) != CM_OK) {
         b->s.mapped = 0;
         p->pages_unmapped++;
       }
     }
+    if (lazy && b->s.mapped && virt_in(a, r, g0, g1)) {
+      b->s.mapped = 0;
+      p->pages_unmapped++;
+    }
   } else {
     r->idle_since = 0;
+    if (r->lazy) seg_placed(a, r, b);
   }
 }
 
@@ -870,10 +1036,21 @@ static int materialize(cm__pool *p, cm__slice *sl, cm_diag_t *diag) {
   ablk *b = BLK(sl);
   if (b->s.mapped) return CM_OK;
   region *r = b->rg;
+  if (!r->vm) {
+    int rc = r->lazy ? seg_back(a, r, diag) : CM_OK;
+    if (rc != CM_OK)
+      return cm__diag_set(diag, CM_EMAPPING, "cannot allocate a %" PRIu64 " bytes segment for a "
+                          "lazily reserved slice (StorageMappingFailed): %s", r->size,
+                          cm_strerror(rc));
+    return CM_OK;
+  }
   uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+  /* granules counted already (virtual) are only backed now; any that are
+   * not counted (a failed map while pinning) must pass the cap first */
   uint64_t add = unmapped_in(r, g0, g1) << a->gshift;
-  if (over_cap(a, add)) trim(a, UINT64_MAX, r, g0, g1);
-  int rc = over_cap(a, add) ? cap_error(a, b->s.span, diag) : map_range(a, r, g0, g1, true, diag);
+  if (add && over_cap(a, add)) trim(a, UINT64_MAX, r, g0, g1);
+  int rc = add && over_cap(a, add) ? cap_error(a, b->s.span, diag)
+                                   : map_range(a, r, g0, g1, true, false, diag);
   if (rc != CM_OK)
     return cm__diag_set(diag, CM_EMAPPING, "cannot map %" PRIu64 " bytes for a lazily reserved "
                         "slice (StorageMappingFailed): %s", b->s.span, cm_strerror(rc));
@@ -900,11 +1077,13 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
   arena *a = AR(p);
   size_t bad = 0;
   cm_usage_t u = {0};
-  uint64_t held = 0, nfree = 0, fmapped = 0, unmapped_used = 0, regions = 0;
+  uint64_t held = 0, nfree = 0, fmapped = 0, unmapped_used = 0, regions = 0, virt = 0,
+           lazy_segs = 0;
   for (uint32_t ri = 0; ri < a->nregs; ri++) {
     region *r = a->regs[ri];
     if (!r) continue;
     regions++;
+    lazy_segs += r->lazy;
     uint32_t *cnt = NULL;
     uint64_t *cover = NULL;
     if (r->vm) {
@@ -939,12 +1118,16 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
         u.bytes_padding += b->s.padding;
         if (b->s.size + b->s.padding > b->s.span) BAD("slice larger than its block");
         if (!b->s.mapped) unmapped_used++;
+        if (!r->vm && b->s.mapped == r->lazy)
+          BAD("used block mapped state differs from its segment's");
         if (r->vm) {
           uint64_t g0 = b->s.offset >> a->gshift, g1 = (off - 1) >> a->gshift;
           cnt[g0]++;
           if (g1 != g0) cnt[g1]++;
           for (uint64_t g = g0; g <= g1; g++) cover[g / 64] |= 1ull << (g % 64);
           if (b->s.mapped && !bits_all(r->mapped, g0, g1)) BAD("used block not mapped");
+          if (b->s.mapped && r->virt && !bits_none(r->virt, g0, g1))
+            BAD("used block on virtual granules");
         }
       }
     }
@@ -954,6 +1137,10 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
       for (uint64_t g = 0; g < r->ngran; g++) {
         bool m = bit(r->mapped, g), c = (cover[g / 64] >> (g % 64)) & 1;
         mg += m;
+        if (r->virt && bit(r->virt, g)) {
+          virt++;
+          if (!m) BAD("virtual granule %" PRIu64 " not counted as mapped", g);
+        }
         if (bit(r->fm, g) != (m && !c)) BAD("fm bit of granule %" PRIu64 " wrong", g);
         fmapped += bit(r->fm, g);
         if (cnt[g] != r->cnt[g]) BAD("granule %" PRIu64 " count %u, expected %u", g, r->cnt[g],
@@ -983,6 +1170,9 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
   if (inbins != nfree) BAD("%" PRIu64 " free blocks, %" PRIu64 " in bins", nfree, inbins);
   if (fmapped != a->free_mapped) BAD("free mapped %" PRIu64 ", counted %" PRIu64, a->free_mapped,
                                      fmapped);
+  if ((a->vm ? virt : lazy_segs) != a->unbacked)
+    BAD("unbacked %" PRIu64 ", counted %" PRIu64 " virtual granules, %" PRIu64 " lazy segments",
+        a->unbacked, virt, lazy_segs);
   if (held != a->held) BAD("held %" PRIu64 ", recomputed %" PRIu64, a->held, held);
   if (held != p->usage.bytes_reserved) BAD("bytes_reserved %" PRIu64 ", recomputed %" PRIu64,
                                            p->usage.bytes_reserved, held);
@@ -1048,18 +1238,18 @@ static void destroy(cm__pool *p) {
       node_drop(b);
     }
     if (r->vm) {
-      for (uint64_t g = 0; g < r->top;) {
-        if (!bit(r->mapped, g)) {
+      for (uint64_t g = 0; g < r->top;) { /* virtual granules were never mapped */
+        if (!backed(r, g)) {
           g++;
           continue;
         }
         uint64_t e = g;
-        while (e + 1 < r->top && bit(r->mapped, e + 1)) e++;
+        while (e + 1 < r->top && backed(r, e + 1)) e++;
         cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
         g = e + 1;
       }
       cm__storage_vm_release(a->st, r->id, r->size);
-    } else {
+    } else if (!r->lazy) {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
     region_free_mem(r);

@@ -22,6 +22,24 @@ static inline bool cm__round_up(uint64_t n, uint64_t a, uint64_t *out) {
 }
 static inline uint64_t cm__pad(uint64_t n, uint64_t a) { return (a - n % a) % a; }
 
+/* AddressSanitizer: poison host bytes that no live slice owns, so a
+ * use-after-free into memory cached by a pool is reported. No-ops otherwise. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CM_ASAN 1
+#endif
+#endif
+#ifdef CM_ASAN
+#include <sanitizer/asan_interface.h>
+#define CM__POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (size_t)(n))
+#define CM__UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (size_t)(n))
+#else
+#define CM__POISON(p, n) ((void)(p), (void)(n))
+#define CM__UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* Monotonic clock in nanoseconds. */
 uint64_t cm__now_ns(void);
 

@@ -12,6 +12,7 @@
 
 #include "core/util.h"
 #include "storage/idtable.h"
+#include "storage/storage_internal.h"
 
 #define HOST_GRANULE (64u << 10)
 
@@ -52,6 +53,7 @@ static void host_dealloc(void *ctx, uint64_t id) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
   if (!e || e->live != 1) return;
+  if (e->mem) CM__UNPOISON(e->mem, e->size); /* cached slices may be poisoned */
   free(e->mem);
   e->mem = NULL;
   e->live = 0;
@@ -75,6 +77,7 @@ static void host_release(void *ctx) {
   host_ctx *c = ctx;
   for (uint64_t i = 1; i < c->ids.len; i++) {
     cm__id_entry *e = &c->ids.v[i];
+    if (e->live && e->mem) CM__UNPOISON(e->mem, e->size);
     if (e->live == 1) free(e->mem);
     if (e->live == 2) munmap(e->mem, (size_t)e->size);
   }
@@ -124,6 +127,7 @@ static void host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
   if (!e || e->live != 2) return;
+  CM__UNPOISON((char *)e->mem + off, size);
   madvise((char *)e->mem + off, (size_t)size, MADV_DONTNEED);
   mprotect((char *)e->mem + off, (size_t)size, PROT_NONE);
 }
@@ -132,6 +136,7 @@ static void host_vm_release(void *ctx, uint64_t id) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
   if (!e || e->live != 2) return;
+  CM__UNPOISON(e->mem, e->size);
   munmap(e->mem, (size_t)e->size);
   e->live = 0;
 }
@@ -149,6 +154,13 @@ static const cm_storage_ops_t k_host_ops = {
     .vm_unmap = host_vm_unmap,
     .vm_release = host_vm_release,
 };
+
+void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size) {
+  if (!s || s->ops != &k_host_ops) return NULL;
+  cm__id_entry *e = cm__id_get(&((host_ctx *)s->ctx)->ids, id);
+  if (!e || !e->mem || off > e->size || size > e->size - off) return NULL;
+  return (char *)e->mem + off;
+}
 
 int cm_storage_host_create(uint64_t alignment, cm_storage_t **out) {
   if (!out) return CM_EINVAL;

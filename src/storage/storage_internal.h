@@ -16,6 +16,9 @@ struct cm_storage {
 };
 
 uint64_t cm__storage_alignment(const cm_storage_t *s);
+/* The host pointer of (id, off) when `s` is the built-in host storage and the
+ * range is live, else NULL (used to poison cached slices under ASan). */
+void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
 uint64_t cm__storage_vm_granularity(cm_storage_t *s);
 int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
 int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
