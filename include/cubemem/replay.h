@@ -143,6 +143,9 @@ typedef struct cm_replay_result {
   uint64_t device_frees;          /* storage deallocs + VM unmaps during the replay */
   uint64_t device_maps;           /* of which VM maps */
   uint64_t device_unmaps;         /* of which VM unmaps */
+  uint64_t device_time_ns;        /* time inside backend calls (alloc, free, map, unmap,
+                                     flush) when the storage measures it
+                                     (cm_storage_set_timing), else 0 */
 
   uint64_t elapsed_ns; /* wall time of the event loop only */
   double ns_per_op;    /* elapsed_ns / (allocs + frees) */

@@ -317,10 +317,11 @@ static void print_json(const char *tname, const layout_t *lay, const cm_trace_t 
           ",\"manager_reserved_peak\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64
           ",\"device_allocs\":%" PRIu64 ",\"device_frees\":%" PRIu64
           ",\"device_maps\":%" PRIu64 ",\"device_unmaps\":%" PRIu64
-          ",\"failed_allocs\":%" PRIu64,
+          ",\"device_time_ns\":%" PRIu64 ",\"failed_allocs\":%" PRIu64,
           env->o->device, env->capacity, r->events, r->allocs, r->frees, r->peak_live_bytes,
           r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
-          r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->failed_allocs);
+          r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
+          r->failed_allocs);
   if (r->failed_allocs) {
     fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
             cm_err_name(r->first_failure), r->first_failure_size);
@@ -410,6 +411,11 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
   for (size_t i = 0; i < n; i++)
     snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.device_allocs, runs[i].res.device_frees);
   row("device allocs/frees", c, n, width);
+  if (strcmp(env->o->device, "sim") != 0) { /* real devices: time spent in driver calls */
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
+    row("time in driver calls", c, n, width);
+  }
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
   row("failed reserves", c, n, width);
   for (size_t i = 0; i < n; i++) {

@@ -1086,9 +1086,19 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
     lazy_segs += r->lazy;
     uint32_t *cnt = NULL;
     uint64_t *cover = NULL;
+    /* Granules at or above `lim` hold no used block and lie above `top`: they
+     * are checked with word-level scans below, so a check costs the live part
+     * of the region, not its whole reserved range. */
+    uint64_t lim = 0;
     if (r->vm) {
-      cnt = calloc(r->ngran, sizeof *cnt);
-      cover = calloc(r->nwords, sizeof *cover);
+      lim = r->top < r->ngran ? r->top : r->ngran;
+      for (ablk *b = r->first; b; b = b->next)
+        if (!b->free) {
+          uint64_t g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+          if (g1 + 1 > lim) lim = g1 + 1 < r->ngran ? g1 + 1 : r->ngran;
+        }
+      cnt = calloc(lim ? lim : 1, sizeof *cnt);
+      cover = calloc((lim + 63) / 64 + 1, sizeof *cover);
       if (!cnt || !cover) {
         free(cnt);
         free(cover);
@@ -1134,7 +1144,15 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
     if (off != r->size) BAD("blocks cover %" PRIu64 " of %" PRIu64 " bytes", off, r->size);
     if (r->vm) {
       uint64_t mg = 0;
-      for (uint64_t g = 0; g < r->ngran; g++) {
+      if (lim < r->ngran) {
+        if (!bits_none(r->mapped, lim, r->ngran - 1)) BAD("mapped granule above top");
+        if (!bits_none(r->fm, lim, r->ngran - 1)) BAD("fm bit above top");
+        if (r->virt && !bits_none(r->virt, lim, r->ngran - 1)) BAD("virtual granule above top");
+        for (uint64_t g = lim; g < r->ngran; g++)
+          if (r->cnt[g]) BAD("granule %" PRIu64 " above the last used block has count %u", g,
+                             r->cnt[g]);
+      }
+      for (uint64_t g = 0; g < lim; g++) {
         bool m = bit(r->mapped, g), c = (cover[g / 64] >> (g % 64)) & 1;
         mg += m;
         if (r->virt && bit(r->virt, g)) {

@@ -146,6 +146,7 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   out->device_unmaps = s1.unmaps - s0.unmaps;
   out->device_allocs = s1.allocs - s0.allocs + out->device_maps;
   out->device_frees = s1.deallocs - s0.deallocs + out->device_unmaps;
+  out->device_time_ns = s1.time_ns - s0.time_ns;
   out->elapsed_ns = t1 - t0;
   out->ns_per_op = (allocs + frees) ? (double)(t1 - t0) / (double)(allocs + frees) : 0.0;
   out->pool_count = np;
