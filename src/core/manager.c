@@ -99,14 +99,24 @@ static void log_pools(cm_manager_t *m) {
 /* ---- slices handed out / freed ----------------------------------------------- */
 
 /* Under ASan on the host storage: the requested bytes of a handed-out slice
- * are addressable, the bytes of a freed (cached) slice are not. */
+ * are addressable, the bytes of a freed (cached) slice are not. Shadow memory
+ * costs size/8, so only slices up to CM__POISON_MAX are poisoned when freed;
+ * a larger slice handed out is scanned and unpoisoned only where some smaller
+ * freed slice left poison. */
+#define CM__POISON_MAX (1ull << 20)
 static void asan_mark(cm_manager_t *m, const cm__slice *s, uint64_t n, bool poison) {
 #ifdef CM_ASAN
-  if (!s->mapped || n == 0) return;
-  void *ptr = cm__storage_host_ptr(m->storage, s->storage_id, s->offset, n);
+  if (!s->mapped || n == 0 || (poison && n > CM__POISON_MAX)) return;
+  char *ptr = cm__storage_host_ptr(m->storage, s->storage_id, s->offset, n);
   if (!ptr) return;
-  if (poison) CM__POISON(ptr, n);
-  else CM__UNPOISON(ptr, n);
+  if (poison) {
+    CM__POISON(ptr, n);
+  } else if (n <= CM__POISON_MAX) {
+    CM__UNPOISON(ptr, n);
+  } else {
+    char *first = __asan_region_is_poisoned(ptr, (size_t)n);
+    if (first) CM__UNPOISON(first, n - (uint64_t)(first - ptr));
+  }
 #else
   (void)m;
   (void)s;
@@ -515,6 +525,9 @@ int cm_manager_get_storage(cm_manager_t *m, cm_binding_t b, cm_storage_handle_t 
     rc = p->vt->materialize(p, s, diag);
     if (rc) return rc;
   }
+  /* A live slice's bytes are addressable, also when its memory was backed
+   * later (a lazily reserved page materialised through a neighbour). */
+  if (s->used) asan_mark(m, s, s->size, false);
   if (out) *out = (cm_storage_handle_t){s->storage_id, s->offset, s->size};
   return CM_OK;
 }

@@ -77,7 +77,11 @@ static void host_release(void *ctx) {
   host_ctx *c = ctx;
   for (uint64_t i = 1; i < c->ids.len; i++) {
     cm__id_entry *e = &c->ids.v[i];
-    if (e->live && e->mem) CM__UNPOISON(e->mem, e->size);
+    /* Allocations may hold poisoned (cached) slices. VM ranges are not
+     * unpoisoned here: poison lives only in mapped granules, and vm_unmap
+     * unpoisons what it unmaps (unpoisoning a whole reserved range would
+     * write size/8 bytes of shadow memory). */
+    if (e->live == 1 && e->mem) CM__UNPOISON(e->mem, e->size);
     if (e->live == 1) free(e->mem);
     if (e->live == 2) munmap(e->mem, (size_t)e->size);
   }
@@ -136,8 +140,7 @@ static void host_vm_release(void *ctx, uint64_t id) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
   if (!e || e->live != 2) return;
-  CM__UNPOISON(e->mem, e->size);
-  munmap(e->mem, (size_t)e->size);
+  munmap(e->mem, (size_t)e->size); /* its mapped granules were unmapped (and unpoisoned) */
   e->live = 0;
 }
 
