@@ -144,12 +144,7 @@ int cm__pool_direct_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_
                         cm__pool **out) {
   direct_pool *dp = calloc(1, sizeof *dp);
   if (!dp) return CM_ENOMEM;
-  dp->sp.base.vt = &k_direct_vt;
-  dp->sp.base.m = m;
-  dp->sp.base.position = pos;
+  *out = cm__slot_pool_init(&dp->sp, &k_direct_vt, m, pos);
   dp->sp.base.opts = *o;
-  dp->sp.base.alignment = m->props.alignment;
-  cm__tree_init(&dp->sp.slots.free);
-  *out = &dp->sp.base;
   return CM_OK;
 }

@@ -138,12 +138,7 @@ int cm__pool_exclusive_new(struct cm_manager *m, const cm_pool_options_t *o, uin
                            cm__pool **out) {
   excl_pool *xp = calloc(1, sizeof *xp);
   if (!xp) return CM_ENOMEM;
-  xp->sp.base.vt = &k_excl_vt;
-  xp->sp.base.m = m;
-  xp->sp.base.position = pos;
+  *out = cm__slot_pool_init(&xp->sp, &k_excl_vt, m, pos);
   xp->sp.base.opts = *o;
-  xp->sp.base.alignment = m->props.alignment;
-  cm__tree_init(&xp->sp.slots.free);
-  *out = &xp->sp.base;
   return CM_OK;
 }

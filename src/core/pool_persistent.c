@@ -137,13 +137,9 @@ static const cm__pool_vt k_pers_vt = {
 int cm__pool_persistent_new(struct cm_manager *m, cm__pool **out) {
   pers_pool *pp = calloc(1, sizeof *pp);
   if (!pp) return CM_ENOMEM;
-  pp->sp.base.vt = &k_pers_vt;
-  pp->sp.base.m = m;
-  pp->sp.base.position = CM_PERSISTENT_POOL;
+  cm__slot_pool_init(&pp->sp, &k_pers_vt, m, CM_PERSISTENT_POOL);
   pp->sp.base.opts.kind = CM_POOL_DIRECT;
   pp->sp.base.opts.max_alloc_size = m->props.max_page_size;
-  pp->sp.base.alignment = m->props.alignment;
-  cm__tree_init(&pp->sp.slots.free);
   cm__tree_init(&pp->all);
   *out = &pp->sp.base;
   return CM_OK;

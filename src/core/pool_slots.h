@@ -35,6 +35,17 @@ typedef struct cm__slot_pool {
 
 static inline cm__slots *cm__slots_of(cm__pool *p) { return &((cm__slot_pool *)p)->slots; }
 
+/* Fill the common head of a freshly calloc'ed slot pool; returns &sp->base. */
+static inline cm__pool *cm__slot_pool_init(cm__slot_pool *sp, const cm__pool_vt *vt,
+                                           struct cm_manager *m, uint8_t pos) {
+  sp->base.vt = vt;
+  sp->base.m = m;
+  sp->base.position = pos;
+  sp->base.alignment = m->props.alignment;
+  cm__tree_init(&sp->slots.free);
+  return &sp->base;
+}
+
 /* Shared vtable entries of the slot pools (pool_slots.c). */
 void cm__slots_on_free(cm__pool *p, cm__slice *s);   /* into the free tree */
 void cm__slots_take_free(cm__pool *p, cm__slice *s); /* out of the free tree */

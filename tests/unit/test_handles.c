@@ -12,85 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cm_test.h"
-#include "cubemem/memory.h"
-
-/* ---- shared helpers --------------------------------------------------------- */
-
-#define UNUSED __attribute__((unused))
-#define KiB (1024ull)
-#define MiB (1024ull * 1024ull)
-#define GiB (1024ull * MiB)
-
-/* The spec's test constant D. */
-static const cm_device_props_t D = {128 * MiB, 32};
-
-static UNUSED cm_pool_options_t sliced(uint64_t page, uint64_t max_slice) {
-  cm_pool_options_t o;
-  memset(&o, 0, sizeof o);
-  o.kind = CM_POOL_SLICED;
-  o.page_size = page;
-  o.max_slice_size = max_slice;
-  o.has_max_slice_size = true;
-  return o;
-}
-
-static UNUSED cm_pool_options_t exclusive(uint64_t max_alloc) {
-  cm_pool_options_t o;
-  memset(&o, 0, sizeof o);
-  o.kind = CM_POOL_EXCLUSIVE;
-  o.max_alloc_size = max_alloc;
-  return o;
-}
-
-static UNUSED cm_manager_t *mk(cm_device_props_t props, const cm_pool_options_t *pools, size_t n,
-                               cm_preset_t preset) {
-  cm_storage_t *s = NULL;
-  ASSERT_OK(cm_storage_host_create(0, &s));
-  cm_manager_config_t cfg;
-  cm_manager_config_init(&cfg);
-  cfg.props = props;
-  cfg.pools = pools;
-  cfg.pool_count = n;
-  cfg.preset = preset;
-  cm_manager_t *m = NULL;
-  cm_diag_t diag = {0};
-  int rc = cm_manager_create(s, &cfg, &m, &diag);
-  if (rc != CM_OK) cm_storage_destroy(s);
-  ASSERT_OK(rc);
-  return m;
-}
-
-#define EXPECT_USAGE(m, n, in_use, pad, reserved) \
-  do {                                            \
-    cm_usage_t u_;                                \
-    cm_manager_usage((m), &u_);                   \
-    EXPECT_EQ(u_.number_allocs, (n));             \
-    EXPECT_EQ(u_.bytes_in_use, (in_use));         \
-    EXPECT_EQ(u_.bytes_padding, (pad));           \
-    EXPECT_EQ(u_.bytes_reserved, (reserved));     \
-  } while (0)
-
-static UNUSED cm_handle_t rsv(cm_manager_t *m, uint64_t size) {
-  cm_handle_t h = {0};
-  cm_diag_t diag = {0};
-  int rc = cm_manager_reserve(m, size, &h, &diag);
-  if (rc != CM_OK) CM__FAIL_AND(1, "reserve(%" PRIu64 "): %d %s", size, rc, diag.message);
-  return h;
-}
-
-static UNUSED uint64_t dyn_pages(cm_manager_t *m, size_t pool) {
-  cm_pool_report_t r;
-  ASSERT_OK(cm_manager_pool_report(m, pool, &r));
-  return r.pages;
-}
+#include "cm_scenario.h"
 
 /* ---- T01 ------------------------------------------------------------------------ */
 
 /* T01 (R): clone makes can_mut false; dropping the clone makes it true again. */
 static void t01_clone_blocks_can_mut(void) {
-  cm_manager_t *m = mk(D, NULL, 0, CM_PRESET_SUBSLICES);
-  cm_handle_t h = rsv(m, 10);
+  cm_manager_t *m = mk_preset(D, CM_PRESET_SUBSLICES);
+  cm_handle_t h = RSV(m, 10);
   EXPECT(cm_handle_can_mut(h));
   cm_handle_t c = cm_handle_clone(h);
   EXPECT(!cm_handle_can_mut(h));
@@ -108,8 +37,8 @@ static void t01_clone_blocks_can_mut(void) {
 /* T02 (M): bindings keep the slice live but do not affect can_mut. */
 static void t02_binding_keeps_slice_live(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t h = rsv(m, 512);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t h = RSV(m, 512);
   cm_binding_t b = cm_handle_into_binding(cm_handle_clone(h));
   EXPECT(cm_handle_can_mut(h));
   EXPECT_EQ(cm_binding_id(b), cm_handle_id(h));
@@ -121,8 +50,8 @@ static void t02_binding_keeps_slice_live(void) {
   cm_binding_release(b);
   EXPECT_USAGE(m, 0, 0, 0, 2048);
 
-  cm_handle_t h2 = rsv(m, 512);
-  EXPECT_EQ(dyn_pages(m, 0), 1);
+  cm_handle_t h2 = RSV(m, 512);
+  EXPECT_EQ(report(m, 0).pages, 1);
   EXPECT_USAGE(m, 1, 512, 0, 2048);
   cm_handle_release(h2);
   EXPECT_EQ(cm_manager_check(m, NULL), 0);
@@ -133,8 +62,8 @@ static void t02_binding_keeps_slice_live(void) {
  * binding both count as references; the slice is free only after all go. */
 static void t02b_binding_clone_counts(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t h = rsv(m, 100);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t h = RSV(m, 100);
   cm_binding_t b1 = cm_handle_binding(h);
   cm_binding_t b2 = cm_binding_clone(b1);
   EXPECT(cm_handle_can_mut(h));
@@ -157,8 +86,8 @@ static void t02b_binding_clone_counts(void) {
  * reserved descriptor is stale ("points to a different allocation"). */
 static void t03_bind_makes_reserved_stale(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t r = rsv(m, 512);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t r = RSV(m, 512);
   cm_handle_t stale = cm_handle_clone(r);
   cm_handle_t a = {0};
   ASSERT_OK(cm_handle_new(&a));
@@ -201,8 +130,8 @@ static void t03_bind_makes_reserved_stale(void) {
 /* T04 (R): a handle that was never reserved reports "never initialized". */
 static void t04_never_initialized(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t live = rsv(m, 512);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t live = RSV(m, 512);
   cm_handle_t fresh = {0};
   ASSERT_OK(cm_handle_new(&fresh));
   cm_binding_t b = cm_handle_binding(fresh);
@@ -230,7 +159,7 @@ static void t04_never_initialized(void) {
  * "Reserved memory isn't initialized" (spec §3.3) and consumes it. */
 static void t04b_bind_uninitialized_reserved(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
+  cm_manager_t *m = mk(D, &p, 1);
   cm_handle_t r = {0}, a = {0};
   ASSERT_OK(cm_handle_new(&r));
   ASSERT_OK(cm_handle_new(&a));
@@ -247,8 +176,8 @@ static void t04b_bind_uninitialized_reserved(void) {
 /* T05 (R): a binding survives cleanup; compaction renumbers its page to 0. */
 static void t05_binding_survives_cleanup(void) {
   cm_pool_options_t p = exclusive(1024); /* no dealloc period */
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t a = rsv(m, 1024), b = rsv(m, 1024), c = rsv(m, 1024);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t a = RSV(m, 1024), b = RSV(m, 1024), c = RSV(m, 1024);
   cm_binding_t bb = cm_handle_into_binding(b);
   cm_location_t loc;
   ASSERT_OK(cm_manager_find(m, bb, &loc, NULL));
@@ -270,7 +199,7 @@ static void t05_binding_survives_cleanup(void) {
   EXPECT_USAGE(m, 1, 1024, 0, 1024);
   ASSERT_OK(cm_manager_find(m, bb, &loc, NULL));
   EXPECT_EQ(loc.page, 0);
-  EXPECT_EQ(dyn_pages(m, 0), 1);
+  EXPECT_EQ(report(m, 0).pages, 1);
   EXPECT_EQ(cm_manager_check(m, NULL), 0);
   cm_binding_release(bb);
   cm_manager_destroy(m);
@@ -280,12 +209,12 @@ static void t05_binding_survives_cleanup(void) {
  * handle it held before (spec §3.3, step 1). */
 static void t05b_ids_reused_with_slice(void) {
   cm_pool_options_t p = exclusive(2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t h = rsv(m, 2048);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t h = RSV(m, 2048);
   uint64_t id = cm_handle_id(h);
   EXPECT_NE(id, 0);
   cm_handle_release(h);
-  h = rsv(m, 2048);
+  h = RSV(m, 2048);
   EXPECT_EQ(cm_handle_id(h), id);
   cm_handle_release(h);
   cm_manager_destroy(m);
@@ -294,8 +223,8 @@ static void t05b_ids_reused_with_slice(void) {
 /* Handles outlive their manager as objects: releasing them afterwards is safe. */
 static void t05c_handles_outlive_manager(void) {
   cm_pool_options_t p = sliced(2048, 2048);
-  cm_manager_t *m = mk(D, &p, 1, CM_PRESET_DEFAULT);
-  cm_handle_t h = rsv(m, 64);
+  cm_manager_t *m = mk(D, &p, 1);
+  cm_handle_t h = RSV(m, 64);
   cm_binding_t b = cm_handle_binding(h);
   cm_manager_destroy(m);
   EXPECT(cm_handle_can_mut(h));
