@@ -359,12 +359,23 @@ static inline bool virt_in(const arena *a, const region *r, uint64_t lo, uint64_
   return a->unbacked && r->virt && !bits_none(r->virt, lo, hi);
 }
 
+/* Storage-unmap chunks [lo, hi] of r: each chunk is one mapping of its own,
+ * so any run of chunks is a run of whole mappings. A failure is counted by
+ * the storage (stats.errors) and the chunks are taken as unmapped here: a
+ * chunk the driver may still hold is never handed out again (mapping it anew
+ * would fail instead of aliasing memory), and the storage frees what it still
+ * holds when it is destroyed. */
+static void storage_unmap(arena *a, region *r, uint64_t lo, uint64_t hi) {
+  (void)cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, (hi - lo + 1) << a->gshift, a->gran,
+                             NULL);
+}
+
 /* Unmap granules [lo, hi] of r (all free and mapped). Virtual granules are
  * only uncounted: the storage is called for the runs of real ones. */
 static void unmap_run(arena *a, region *r, uint64_t lo, uint64_t hi) {
   uint64_t n = hi - lo + 1;
   if (__builtin_expect(!virt_in(a, r, lo, hi), 1)) {
-    cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, n << a->gshift);
+    storage_unmap(a, r, lo, hi);
   } else {
     for (uint64_t g = lo; g <= hi;) {
       if (bit(r->virt, g)) {
@@ -373,7 +384,7 @@ static void unmap_run(arena *a, region *r, uint64_t lo, uint64_t hi) {
       }
       uint64_t e = g;
       while (e < hi && !bit(r->virt, e + 1)) e++;
-      cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
+      storage_unmap(a, r, g, e);
       g = e + 1;
     }
     a->unbacked -= bits_clear(r->virt, lo, hi);
@@ -432,7 +443,8 @@ static inline __attribute__((always_inline)) int map_runs(arena *a, region *r, u
     }
     uint64_t e = g;
     while (e < hi && !BACKED(e + 1)) e++;
-    int rc = cm__storage_vm_map(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift, diag);
+    int rc = cm__storage_vm_map(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift, a->gran,
+                                diag);
     if (rc != CM_OK) {
       for (uint64_t x = lo; x < g;) { /* bits are unchanged: undo the runs before g */
         if (BACKED(x)) {
@@ -441,7 +453,7 @@ static inline __attribute__((always_inline)) int map_runs(arena *a, region *r, u
         }
         uint64_t y = x;
         while (y + 1 < g && !BACKED(y + 1)) y++;
-        cm__storage_vm_unmap(a->st, r->id, x << a->gshift, (y - x + 1) << a->gshift);
+        storage_unmap(a, r, x, y);
         x = y + 1;
       }
       return rc;
@@ -627,7 +639,7 @@ static void region_release(arena *a, uint32_t ri) {
   bin_remove(a, b);
   node_put(a, b);
   if (r->vm) {
-    cm__storage_vm_release(a->st, r->id, r->size);
+    (void)cm__storage_vm_release(a->st, r->id, r->size, NULL); /* a failure is counted there */
   } else {
     if (r->lazy) a->unbacked--;
     else cm_storage_dealloc(a->st, r->id, r->size);
@@ -1263,10 +1275,10 @@ static void destroy(cm__pool *p) {
         }
         uint64_t e = g;
         while (e + 1 < r->top && backed(r, e + 1)) e++;
-        cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
+        storage_unmap(a, r, g, e);
         g = e + 1;
       }
-      cm__storage_vm_release(a->st, r->id, r->size);
+      (void)cm__storage_vm_release(a->st, r->id, r->size, NULL); /* failures counted there */
     } else if (!r->lazy) {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
