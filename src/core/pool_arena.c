@@ -362,6 +362,12 @@ static inline bool backed(const region *r, uint64_t g) {
   return bit(r->mapped, g) && !(r->virt && bit(r->virt, g));
 }
 
+/* n virtual granules were backed or unmapped. */
+static inline void virt_sub(arena *a, uint64_t n) {
+  a->unbacked -= n;
+  a->st->dry_bytes -= n << a->gshift;
+}
+
 /* Any virtual granule in [lo, hi] of r? */
 static inline bool virt_in(const arena *a, const region *r, uint64_t lo, uint64_t hi) {
   return a->unbacked && r->virt && !bits_none(r->virt, lo, hi);
@@ -409,7 +415,7 @@ static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
   if (__builtin_expect(!(a->unbacked && r->virt && bit(r->virt, s)), 1)) {
     unmap_add(a, r, b, s, n);
   } else {
-    a->unbacked -= bits_clear(r->virt, s, hi);
+    virt_sub(a, bits_clear(r->virt, s, hi));
   }
   uint32_t stamp = a->ops ? a->ops : 1;
   for (uint64_t g = s; g <= hi; g++) r->trimmed[g] = stamp;
@@ -559,7 +565,7 @@ static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered
           continue;
         }
         uint64_t s = r->ostart[g], n = r->olen[s];
-        a->unbacked -= bits_clear(r->virt, s, s + n - 1);
+        virt_sub(a, bits_clear(r->virt, s, s + n - 1));
         g = s + n;
       }
   } else if (!r->virt && !(r->virt = calloc(r->nwords, sizeof(uint64_t)))) {
@@ -587,7 +593,10 @@ static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered
     g = e + 1;
   }
   if (n == 0) return CM_OK; /* only virtual granules were backed */
-  if (lazy) a->unbacked += n;
+  if (lazy) {
+    a->unbacked += n;
+    a->st->dry_bytes += n << a->gshift;
+  }
   r->mapped_gran += n;
   /* feedback: re-mapping what was just trimmed raises the budget, a map
    * without regret lets it decay */
@@ -746,6 +755,7 @@ static void region_release(arena *a, uint32_t ri) {
     if (r->lazy) {
       a->unbacked--;
       a->lazy_bytes -= r->size;
+      a->st->dry_bytes -= r->size;
     } else {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
@@ -821,6 +831,7 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
       r->lazy = true;
       a->unbacked++;
       a->lazy_bytes += size;
+      a->st->dry_bytes += size;
     } else {
       rc = cm_storage_alloc(a->st, size, &r->id, diag);
       if (rc == CM_EOOM && size > s) { /* the device is short: the request's own size may fit */
@@ -934,6 +945,7 @@ static int seg_back(arena *a, region *r, cm_diag_t *diag) {
   r->lazy = false;
   a->unbacked--;
   a->lazy_bytes -= r->size;
+  a->st->dry_bytes -= r->size;
   for (ablk *b = r->first; b; b = b->next) {
     b->s.storage_id = id;
     if (!b->free && !b->s.mapped) {
@@ -1003,7 +1015,7 @@ static uint64_t keep_budget(const arena *a) { return KEEP_MIN + ((a->held >> a->
 static bool dry_short(const arena *a, uint64_t add) {
   uint64_t free_b = 0, total = 0;
   if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
-  uint64_t pending = a->vm ? a->unbacked << a->gshift : a->lazy_bytes;
+  uint64_t pending = a->st->dry_bytes; /* of every pool on this storage */
   return add > free_b || pending > free_b - add;
 }
 
@@ -1436,6 +1448,7 @@ static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
 
 static void destroy(cm__pool *p) {
   arena *a = AR(p);
+  a->st->dry_bytes -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
   for (uint32_t i = 0; i < a->nregs; i++) {
     region *r = a->regs[i];
     if (!r) continue;

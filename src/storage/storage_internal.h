@@ -11,6 +11,10 @@ struct cm_storage {
   void *ctx;
   bool timing; /* measure time_ns */
   uint64_t unflushed; /* dealloc/unmap calls since the last backend flush */
+  /* Bytes dry runs counted on this storage without asking it for them (the
+   * pools' virtual granules and lazy segments): what a dry run adds to the
+   * backend's used memory when it checks the device's limit. */
+  uint64_t dry_bytes;
   _Atomic uint64_t allocs, deallocs, failed, maps, unmaps, bytes_held, bytes_held_peak,
       vm_reserved, flushes, gets, time_ns;
   _Atomic uint64_t creates, map_calls, unmap_calls, releases, set_access, reserves,
