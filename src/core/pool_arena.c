@@ -4,13 +4,23 @@
  * only where live data is.
  *
  * Regions. With a storage that has virtual memory (power-of-two granule G),
- * a region is one reserved address range (page_size when given, else
- * G * 2^17 bytes: 256 GiB for 2 MiB granules) whose granules are mapped on
- * demand; reserved bytes are the mapped granules. Without VM support a region
- * is a segment obtained with cm_storage_alloc and counts whole. A request
- * that fits no region opens a new one. Caps (max_pool_size) bound the mapped
- * or allocated bytes; max_alloc_size (0 = none) bounds requests; zero-byte
- * requests take one alignment unit.
+ * a region is one reserved address range (page_size when given, else twice
+ * the device memory - 8 x max_page_size - and at least 256 GiB: address
+ * space is cheap, so only physical memory limits a request) whose granules
+ * are mapped on demand; reserved bytes are the mapped granules. Without VM
+ * support a region is a segment obtained with cm_storage_alloc and counts
+ * whole. A request that fits no region opens a new one. Caps (max_pool_size)
+ * bound the mapped or allocated bytes; max_alloc_size (0 = none) bounds
+ * requests; zero-byte requests take one alignment unit.
+ *
+ * Physical objects (storage.h's contract, the CUDA driver's). Memory is
+ * mapped as physical objects that are unmapped only whole: each run mapped is
+ * cut into objects of at most `omax` granules (max_object_size; default one
+ * granule, so any free granule can be given back: bench/results/objects.md
+ * measures the trade-off against driver calls), recorded per granule
+ * (ostart, olen). Consecutive objects of one size go to the storage in one
+ * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
+ * whose granules are all free.
  *
  * Placement. Every region is tiled by blocks (used and free) linked in
  * address order; free neighbours are merged at once. Free blocks sit in
@@ -37,12 +47,18 @@
  * plus a feedback term: granules mapped again within REGRET_WINDOW
  * reservations of being trimmed raise it (capped at mapped/16), maps without
  * such regret let it decay; so a steady loop stops calling the driver once
- * its second iteration has re-mapped what the first trimmed. The periodic
+ * its second iteration has re-mapped what the first trimmed. When the device
+ * refuses a map (CM_EOOM), every other free mapped object is given back and
+ * only the request's own granules are mapped again (then the manager gives
+ * back the other pools' cached memory and retries once). The periodic
  * cleanup unmaps what stayed free for a whole period (low-water mark of the
  * free mapped count); the explicit cleanup unmaps everything free and gives
  * back address ranges with nothing in use.
  *
- * Dry runs (spec §6). Under a dry run granules are mapped "virtually": set in
+ * Dry runs (spec §6). A dry run meets the device's limit where an eager run
+ * would: what it counted without mapping (storage dry_bytes, all pools) plus
+ * what it asks for must fit the storage's free memory (mem_info). Under a dry
+ * run granules are mapped "virtually": set in
  * `mapped` and in a per-region `virt` bitmap, counted in reserved bytes, the
  * peaks, the hysteresis budget, the cap and the trims exactly as real ones,
  * but never mapped in the storage; so a dry run places, trims and peaks
@@ -56,7 +72,8 @@
  * reservation fast path pays a single test for all this.
  *
  * Segments (no VM). A new segment is max(request, held/4 clamped to
- * [2 MiB, 1 GiB]) or page_size when given; entirely free segments are given
+ * [2 MiB, 1 GiB]) or page_size when given, or the request's own size when the
+ * device refuses the larger one; entirely free segments are given
  * back before growing, by the explicit cleanup, and by the periodic cleanup
  * once idle for a whole period. A segment opened under a dry run is counted
  * whole (reserved bytes, peaks, cap) but not allocated ("lazy", with an id
