@@ -272,14 +272,20 @@ typedef struct cm_replay_html_series {
   const char *json;
 } cm_replay_html_series_t;
 
-/* One trace: its name, its replays (same trace, one per layout) and an
- * optional JSON object of trace-level extras merged into the page's trace
- * entry (e.g. {"torch_reserved_bytes":N,"frames":[...]}; NULL: none). */
+/* One trace: its name, its replays (same trace, one per layout), an
+ * optional JSON object of trace-level extras (written as the trace's "extra",
+ * e.g. {"torch_reserved_bytes":N,"frames":["file:line fn", ...]}; NULL:
+ * none) and optional stack frames per allocation: alloc_frames[k] is the
+ * JSON array of the k-th allocation of the trace (ALLOC order), of strings or
+ * of indices into extra's "frames", or NULL; alloc_frames_count entries
+ * (0: no frames). The page shows them in the allocation's hover card. */
 typedef struct cm_replay_html_panel {
   const char *title;
   const cm_replay_html_series_t *series;
   size_t series_count;
   const char *extra_json;
+  const char *const *alloc_frames;
+  size_t alloc_frames_count;
 } cm_replay_html_panel_t;
 
 typedef struct cm_replay_html_options {

@@ -392,7 +392,8 @@ static int write_html(const char *path, const char *const *traces, size_t nt,
   cm_replay_html_series_t *series = calloc(ns ? ns : 1, sizeof *series);
   int rc = panels && series ? CM_OK : CM_ENOMEM;
   for (size_t ti = 0; ti < nt && rc == CM_OK; ti++) {
-    panels[ti] = (cm_replay_html_panel_t){traces[ti], &series[ti * nl], nl, NULL};
+    panels[ti] = (cm_replay_html_panel_t){.title = traces[ti], .series = &series[ti * nl],
+                                          .series_count = nl};
     for (size_t l = 0; l < nl; l++) {
       const run_t *r = &runs[ti * nl + l];
       series[ti * nl + l] = (cm_replay_html_series_t){lays[l].text, &r->res, r->rec, r->json};

@@ -12,7 +12,8 @@
  *   {"format":"cubemem-report","version":1,"traces":[{
  *      "trace", "events", "duration_us", "extra" (the panel's extra_json or null),
  *      "allocations": {"total","shown","min_size","alloc_event","free_event",
- *                      "alloc_us","free_us","size"}    trace-level columns
+ *                      "alloc_us","free_us","size", optional "frames"}
+ *                                                  trace-level columns
  *      "layouts":[{"label","report" (the --json object),"pools":[...],
  *                  "timeline":{"event","time_us","live","reserved",
  *                              "pools":[{"reserved","in_use","padding"}]},
@@ -418,6 +419,17 @@ static int put_trace(out_t *o, const cm_replay_html_panel_t *p, size_t max_alloc
     put_column(o, "free_us", first, NULL, shown, nshown, COL_T1);
     puts_(o, ",");
     put_column(o, "size", first, NULL, shown, nshown, COL_SIZE);
+    if (p->alloc_frames && p->alloc_frames_count) {
+      puts_(o, ",\"frames\":[");
+      for (size_t k = 0; k < nshown; k++) {
+        if (k) puts_(o, ",");
+        size_t a = shown[k];
+        const char *f = a < p->alloc_frames_count ? p->alloc_frames[a] : NULL;
+        if (f && *f) put_json_text(o, f);
+        else puts_(o, "null");
+      }
+      puts_(o, "]");
+    }
     puts_(o, "}");
   } else {
     puts_(o, "null");

@@ -140,6 +140,37 @@ chrome --window-size=1400,2600 --virtual-time-budget=30000 --screenshot="$OUT/ex
 [ -s "$OUT/example.png" ] && ok "example: screenshot $OUT/example.png" || bad "example: no screenshot"
 selftest example "$OUT/example.html"
 
+# ---- the optional fields: smallest device, driver calls, PyTorch, frames --------
+# The example's page with the fields other commands and inputs add (fit_bytes,
+# driver_calls, torch_reserved_bytes, per-allocation frames) written into its
+# JSON, to check the page shows them when they are there.
+python3 - "$OUT/example.html" "$OUT/optional.html" <<'EOF'
+import json, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+m = re.search(r'(<script type="application/json" id="cubemem-data">)(.*?)(</script>)', page, re.S)
+d = json.loads(m.group(2))
+t = d["traces"][0]
+t["extra"] = {"torch_reserved_bytes": 1234567890, "frames": ["train.py:42 forward", "model.py:7 <lambda>"]}
+for i, lay in enumerate(t["layouts"]):
+    lay["report"]["fit_bytes"] = 1300000000 + i
+    lay["report"]["driver_calls"] = {"creates": 3 + i, "maps": 1200, "unmaps": 4, "releases": 2,
+                                     "set_access": 3, "allocs": 0, "frees": 0}
+a = t["allocations"]
+a["frames"] = [[0, 1] if k % 2 == 0 else ["direct.py:1 f"] for k in range(a["shown"])]
+text = json.dumps(d, separators=(",", ":")).replace("<", "\\u003c")
+open(sys.argv[2], "w", encoding="utf-8").write(page[:m.start(2)] + text + page[m.end(2):])
+EOF
+[ -s "$OUT/optional.html" ] && ok "optional: page with fit, driver calls, PyTorch and frames" || bad "optional: page not made"
+selftest optional "$OUT/optional.html"
+
+# ---- several traces in one page; a trace without times; a failed reservation ---
+printf 'Action,Pointer,Size\nallocate,0x1,4096\nallocate,0x2,99999999999999\nallocate,0x3,70000\nfree,0x1,4096\nfree,0x2,0\nallocate,0x4,1000000\nfree,0x3,0\n' \
+  >"$OUT/notime.csv"
+"$CM" replay --device-memory 1GiB --pools default --pools exclusive-pages --html "$OUT/multi.html" \
+  "$EX" "$OUT/notime.csv" >/dev/null 2>"$OUT/multi.err"
+[ $? -eq 0 ] && ok "multi: two traces, one without times, one failed reservation" || bad "multi: replay failed"
+selftest multi "$OUT/multi.html"
+
 # ---- 4: a 100k-event trace ------------------------------------------------------
 BIG="$SHARED/traces/cpu/torch-cpu-mobilenet-train.csv"
 if [ -n "$SHARED" ] && [ -f "$BIG" ]; then

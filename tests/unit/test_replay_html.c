@@ -273,7 +273,10 @@ static void recorder_small(void) {
   const char *label = "odd </script><script>alert(1)</script> & <!-- label";
   const char *json = "{\"layout\":\"x</script>\",\"peak_reserved_bytes\":1,\"fit_bytes\":42}";
   cm_replay_html_series_t s[2] = {{label, &res, rec, json}, {"plain", &res, NULL, NULL}};
-  cm_replay_html_panel_t p = {"trace </SCRIPT> name", s, 2, "{\"torch_reserved_bytes\":7,\"n\":\"<b>\"}"};
+  static const char *const frames[] = {"[\"train.py:10 step\",\"</script>\"]", NULL, "[0,1]"};
+  cm_replay_html_panel_t p = {"trace </SCRIPT> name", s, 2,
+                              "{\"torch_reserved_bytes\":7,\"n\":\"<b>\",\"frames\":[\"a\",\"b\"]}",
+                              frames, 3};
   buf_t b = {0};
   ASSERT_OK(cm_replay_html(&p, 1, NULL, collect, &b));
   ASSERT(b.p != NULL);
@@ -286,10 +289,12 @@ static void recorder_small(void) {
   EXPECT(strstr(b.p, "<!-- label") == NULL);
   EXPECT_CONTAINS(b.p, "odd \\u003c/script\\u003e\\u003cscript\\u003ealert(1)");
   EXPECT_CONTAINS(b.p, "\"fit_bytes\":42");
-  EXPECT_CONTAINS(b.p, "\"extra\":{\"torch_reserved_bytes\":7,\"n\":\"\\u003cb\\u003e\"}");
+  EXPECT_CONTAINS(b.p, "\"extra\":{\"torch_reserved_bytes\":7,\"n\":\"\\u003cb\\u003e\",\"frames\":[\"a\",\"b\"]}");
   EXPECT_CONTAINS(b.p, "\"total\":4,\"shown\":4,\"min_size\":0");
   EXPECT_CONTAINS(b.p, "\"size\":[100,300,50,1000]");
   EXPECT_CONTAINS(b.p, "\"free_event\":[2,4,-1,-1]");
+  /* frames per allocation, aligned with the allocations written */
+  EXPECT_CONTAINS(b.p, "\"frames\":[[\"train.py:10 step\",\"\\u003c/script\\u003e\"],null,[0,1],null]");
   /* the layout without a recording is summarised from its result */
   EXPECT_CONTAINS(b.p, "{\"label\":\"plain\",\"report\":{\"layout\":\"plain\",\"events\":6");
   EXPECT_CONTAINS(b.p, "\"timeline\":null");
@@ -302,6 +307,7 @@ static void recorder_small(void) {
   ASSERT_OK(cm_replay_html(&p, 1, &ho, collect, &b));
   EXPECT_CONTAINS(b.p, "\"total\":4,\"shown\":2,\"min_size\":300");
   EXPECT_CONTAINS(b.p, "\"size\":[300,1000]");
+  EXPECT_CONTAINS(b.p, "\"frames\":[null,null]");
   free(b.p);
 
   /* errors */
@@ -337,7 +343,7 @@ static void recorder_failure(void) {
   EXPECT(rec->allocs[1].range == CM__REC_FAILED);
   EXPECT_EQ(rec->allocs[1].e1, 2);
   cm_replay_html_series_t s = {"default", &res, rec, NULL};
-  cm_replay_html_panel_t p = {"t", &s, 1, NULL};
+  cm_replay_html_panel_t p = {.title = "t", .series = &s, .series_count = 1};
   buf_t b = {0};
   ASSERT_OK(cm_replay_html(&p, 1, NULL, collect, &b));
   EXPECT_CONTAINS(b.p, "\"allocations\":{\"pool\":[0,-1]");
