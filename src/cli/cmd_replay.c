@@ -6,9 +6,11 @@
  * cm_pools_parse against the device properties (max page = capacity / 4,
  * alignment 512 unless --alignment). Each trace is parsed once
  * (cm_trace_load); then for each layout it is replayed on a fresh storage and
- * manager per run: with --svg one instrumented run records the timeline and
- * the per-pool snapshot at the peak, then --repeat timed runs give the median
- * time. Statistics are deterministic, so they are taken from one run.
+ * manager per run: with --svg or --html one instrumented run records the
+ * timeline and the per-pool snapshot at the peak (with --html also through a
+ * cm_replay_recorder_t observer: per-pool breakdown over time, every
+ * allocation's place), then --repeat timed runs give the median time.
+ * Statistics are deterministic, so they are taken from one run.
  *
  * Device hook: make_storage() is the ONE place that creates the storage for a
  * `--device` name (and may adjust the device capacity from the real device).
@@ -16,9 +18,11 @@
  *
  * Output: a side-by-side text report per trace (one column per layout) with a
  * per-pool table per layout, or with --json one JSON object per (trace,
- * layout) line. A progress line goes to stderr for long replays when stderr
- * is a terminal. Exit codes: 0 ok, 1 a trace or the SVG could not be read /
- * written or a run failed, 2 usage errors.
+ * layout) line; --html writes one page for every trace and layout
+ * (cm_replay_html) embedding those same JSON objects. A progress line goes
+ * to stderr for long replays when stderr is a terminal. Exit codes: 0 ok, 1 a
+ * trace, the SVG or the HTML could not be read / written or a run failed,
+ * 2 usage errors.
  *
  * Exports cm_cli_replay (cli.h).
  */

@@ -28,9 +28,9 @@
  * equivalent), so no label and no caller-supplied JSON can end the script
  * element or open a comment.
  *
- * Down-sampling: at most max_allocations allocations per trace are written;
- * when there are more, the smallest are left out (ties by allocation order),
- * and "min_size" says below which size.
+ * Down-sampling: at most max_allocations (default 100000) allocations per
+ * trace are written; when there are more, the smallest are left out (ties by
+ * allocation order), and "min_size" says below which size.
  *
  * Output goes through a 64 KiB buffer to the caller's write callback; nothing
  * is printed. Exports cm_replay_html.
@@ -458,7 +458,7 @@ int cm_replay_html(const cm_replay_html_panel_t *panels, size_t panel_count,
     for (size_t l = 0; l < panels[i].series_count; l++)
       if (panels[i].series[l].recorder && panels[i].series[l].recorder->status) return CM_EINVAL;
   }
-  size_t max_allocs = opts && opts->max_allocations ? opts->max_allocations : 150000;
+  size_t max_allocs = opts && opts->max_allocations ? opts->max_allocations : 100000;
   const char *tpl = (const char *)cm__report_html;
   size_t len = cm__report_html_len, ml = strlen(MARKER), at = len;
   for (size_t i = 0; i + ml <= len; i++)
