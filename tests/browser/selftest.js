@@ -158,6 +158,9 @@
 
       /* hover at the peak of the first layout: the readout shows the peak */
       const px = v.xToPx(v.mode === "time" ? lay0.peak.time_us : lay0.peak.event);
+      const th = performance.now();
+      for (let n = 0; n < 10; n++) mouse(tl, "mousemove", rect().left + px + (n % 2 ? 1 : 0), cy);
+      metric("trace" + ti + "_hover_ms", ((performance.now() - th) / 10).toFixed(2));
       mouse(tl, "mousemove", rect().left + px, cy);
       const ro = sec.querySelector(".readout");
       const i = Number(ro.getAttribute("data-sample"));
@@ -183,7 +186,9 @@
       mouse(tl, "mousedown", rect().left + v.xToPx(xa), cy);
       mouse(window, "mousemove", rect().left + (v.xToPx(xa) + v.xToPx(xb)) / 2, cy);
       mouse(window, "mousemove", rect().left + v.xToPx(xb), cy);
+      const tz = performance.now();
       mouse(window, "mouseup", rect().left + v.xToPx(xb), cy);
+      metric("trace" + ti + "_zoom_redraw_ms", (performance.now() - tz).toFixed(1));
       check(near(v.view[0], xa, span * 0.01) && near(v.view[1], xb, span * 0.01), "trace " + ti + ": drag zooms to the dragged range", v.view.join(".."));
       if (v.addr.length)
         check(v.addr[0].drawnCount <= drawnBefore, "trace " + ti + ": the address chart follows the zoom", v.addr[0].drawnCount + " <= " + drawnBefore);
@@ -223,6 +228,12 @@
         check(!!pos, "trace " + ti + " address " + k + ": the largest allocation is on the chart");
         if (!pos) return;
         mouse(av.canvas, "mousemove", pos.x, pos.y);
+        if (k === 0) { /* steady-state cost of one hover (hit test + card) */
+          const tc = performance.now();
+          for (let n = 0; n < 10; n++) mouse(av.canvas, "mousemove", pos.x + (n % 2), pos.y);
+          metric("trace" + ti + "_address_hover_ms", ((performance.now() - tc) / 10).toFixed(2));
+          mouse(av.canvas, "mousemove", pos.x, pos.y);
+        }
         const card = document.getElementById("hovercard");
         const shownAlloc = Number(card.getAttribute("data-alloc"));
         check(!card.hidden && shownAlloc === best, "trace " + ti + " address " + k + ": hover card for the allocation under the pointer", card.hidden + " " + shownAlloc + " vs " + best);
