@@ -4,7 +4,8 @@
 # `cubemem replay --html` without a browser: the page is written for several
 # traces and layouts together with --svg and --json, holds one data element
 # whose JSON has one entry per trace and per layout (with the timeline, the
-# peak and the allocations), is self-contained, and the errors (no value,
+# peak and the allocations), is self-contained, recording for it changes no
+# figure of the replay, and the errors (no value,
 # unwritable path) have their exit codes. The page in a real browser:
 # tests/browser/test_browser_report.sh.
 set -u
@@ -52,6 +53,23 @@ small = d["traces"][1]
 assert small["allocations"]["size"] == [1000, 5000000]
 assert small["allocations"]["free_event"] == [2, -1]
 assert small["allocations"]["alloc_us"] == [1, 2]
+PY
+fi
+
+# recording for the page does not change a single figure
+"$CM" replay --json --pools default --pools subslices --pools exclusive-pages "$EX" >"$TMP/plain.jsonl" 2>/dev/null
+"$CM" replay --json --pools default --pools subslices --pools exclusive-pages --html "$TMP/r2.html" "$EX" \
+  >"$TMP/html.jsonl" 2>/dev/null
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$TMP/plain.jsonl" "$TMP/html.jsonl" <<'PY' && ok "--html changes no figure of --json" || bad "--html changed figures"
+import json, sys
+def strip(o):  # times differ run to run; the per-pool peak snapshot comes with the recording
+    o = {k: v for k, v in o.items() if k not in ("time_ns", "ns_per_op")}
+    o["pools"] = [{k: v for k, v in p.items() if k != "reserved_at_device_peak"} for p in o["pools"]]
+    return o
+a = [strip(json.loads(l)) for l in open(sys.argv[1])]
+b = [strip(json.loads(l)) for l in open(sys.argv[2])]
+assert len(a) == 3 and a == b
 PY
 fi
 
