@@ -105,6 +105,18 @@ CM_API void cm_trace_free(cm_trace_t *trace);
 
 /* ---- replay ------------------------------------------------------------- */
 
+/* What an observer sees after each replayed event (cm_replay_options_t.observe). */
+typedef struct cm_replay_step {
+  uint64_t index;                /* index of the event just replayed */
+  const cm_trace_event_t *event; /* that event (borrowed from the trace) */
+  cm_manager_t *manager;         /* the manager being replayed (borrowed) */
+  /* ALLOC whose reserve succeeded: the new handle (borrowed, valid during the
+   * call only; clone a binding to keep it). Empty (d == NULL) otherwise. */
+  cm_handle_t handle;
+  bool failed;         /* ALLOC whose reserve failed */
+  uint64_t live_bytes; /* live requested bytes of the trace after the event */
+} cm_replay_step_t;
+
 /* One timeline point: the maxima over a run of consecutive events. */
 typedef struct cm_replay_sample {
   uint64_t event;          /* index of the last event the sample covers (+1) */
@@ -128,6 +140,12 @@ typedef struct cm_replay_options {
    * replayed; `events` says how far it went). For searches such as
    * cm_replay_fit that only ask whether a trace fits. */
   bool stop_on_failure;
+  /* Optional observer, called from the replay thread after every event (for a
+   * FREE after the release). It may read the manager (reports, find,
+   * get_storage) but must not reserve or release through it. The event loop's
+   * measured time includes it. NULL (default): none. */
+  void (*observe)(void *arg, const cm_replay_step_t *step);
+  void *observe_arg;
 } cm_replay_options_t;
 
 typedef struct cm_replay_result {
@@ -257,6 +275,90 @@ typedef struct cm_replay_panel {
  * Thread-safe. */
 CM_API CM_NODISCARD int cm_replay_svg(const cm_replay_panel_t *panels, size_t panel_count,
                                       cm_replay_write_fn write, void *arg);
+
+/* ---- recording a replay for the HTML report -------------------------------- */
+
+/* A recorder is an observer (cm_replay_recorder_observe) that keeps what the
+ * HTML report draws for one (trace, layout) replay:
+ *  - a timeline of at most `points` samples (+ one at event 0): per run of
+ *    events the time, the maxima of live and reserved (storage bytes_held)
+ *    bytes, and each pool's reserved, in-use and padding bytes at the run's
+ *    reserved maximum;
+ *  - the same per-pool breakdown at the storage peak;
+ *  - every allocation: alloc and free event and time, requested size, pool,
+ *    the slice's place (storage range and offset, from cm_manager_get_storage)
+ *    and its padding (the growth of its pool's padding bytes).
+ * It reads the manager after every event, so replay with it only for the
+ * report, never for timing.
+ *
+ * Ownership: create with cm_replay_recorder_create, pass the recorder as
+ * observe_arg with observe = cm_replay_recorder_observe to ONE cm_replay_run
+ * of the same trace, free with cm_replay_recorder_free. The recorder copies
+ * what it needs; the trace may be freed after the run.
+ * Thread-safety: one replay thread at a time; read-only afterwards. */
+typedef struct cm_replay_recorder cm_replay_recorder_t;
+
+/* Create a recorder for `trace` (timeline of at most `points` samples; 0 =
+ * 2000). Errors: CM_EINVAL (NULL args), CM_ENOMEM. */
+CM_API CM_NODISCARD int cm_replay_recorder_create(const cm_trace_t *trace, size_t points,
+                                                  cm_replay_recorder_t **out, cm_diag_t *diag);
+/* The observer function (arg = the recorder). Never fails: an allocation
+ * failure inside marks the recorder (cm_replay_recorder_status). */
+CM_API void cm_replay_recorder_observe(void *recorder, const cm_replay_step_t *step);
+/* CM_OK, or CM_ENOMEM when the recorder ran out of memory while observing
+ * (its data is then incomplete and the report refuses it). NULL: CM_EINVAL. */
+CM_API int cm_replay_recorder_status(const cm_replay_recorder_t *r);
+/* Free a recorder. NULL ok. */
+CM_API void cm_replay_recorder_free(cm_replay_recorder_t *r);
+
+/* ---- HTML report ------------------------------------------------------------ */
+
+/* One replay in the report: the layout, its result, its recording (NULL: the
+ * layout appears in the summary table only) and the JSON object `--json`
+ * prints for it (one complete object; NULL: a minimal one is made from the
+ * result). Optional members of that object the page shows when present:
+ * `fit_bytes` (smallest device), `driver_calls` (an object of counts by
+ * kind), `torch_reserved_bytes` (PyTorch's recorded reserved bytes). */
+typedef struct cm_replay_html_series {
+  const char *label;
+  const cm_replay_result_t *result;
+  const cm_replay_recorder_t *recorder;
+  const char *json;
+} cm_replay_html_series_t;
+
+/* One trace: its name, its replays (same trace, one per layout), an
+ * optional JSON object of trace-level extras (written as the trace's "extra",
+ * e.g. {"torch_reserved_bytes":N,"frames":["file:line fn", ...]}; NULL:
+ * none) and optional stack frames per allocation: alloc_frames[k] is the
+ * JSON array of the k-th allocation of the trace (ALLOC order), of strings or
+ * of indices into extra's "frames", or NULL; alloc_frames_count entries
+ * (0: no frames). The page shows them in the allocation's hover card. */
+typedef struct cm_replay_html_panel {
+  const char *title;
+  const cm_replay_html_series_t *series;
+  size_t series_count;
+  const char *extra_json;
+  const char *const *alloc_frames;
+  size_t alloc_frames_count;
+} cm_replay_html_panel_t;
+
+typedef struct cm_replay_html_options {
+  /* Most allocations drawn per trace in the address-space chart; when a trace
+   * has more, the smallest are left out (the page says how many and below
+   * which size). 0 = 100000 (a report of three layouts stays near 10 MB). */
+  size_t max_allocations;
+} cm_replay_html_options_t;
+
+/* Write one self-contained HTML page (the template built into the library,
+ * no external resources) through `write`, with the report's data as JSON in
+ * <script type="application/json" id="cubemem-data"> (every '<' inside it
+ * is written as \u003c, so no text can close the script element). The JSON
+ * strings given in series/panels must be valid JSON objects. opts may be NULL.
+ * Errors: CM_EINVAL (NULL args, a recorder that failed), CM_EIO (write
+ * returned non-zero), CM_ENOMEM. Thread-safe. */
+CM_API CM_NODISCARD int cm_replay_html(const cm_replay_html_panel_t *panels, size_t panel_count,
+                                       const cm_replay_html_options_t *opts,
+                                       cm_replay_write_fn write, void *arg);
 
 #ifdef __cplusplus
 }

@@ -6,9 +6,11 @@
  * cm_pools_parse against the device properties (max page = capacity / 4,
  * alignment 512 unless --alignment). Each trace is parsed once
  * (cm_trace_load); then for each layout it is replayed on a fresh storage and
- * manager per run: with --svg one instrumented run records the timeline and
- * the per-pool snapshot at the peak, then --repeat timed runs give the median
- * time. Statistics are deterministic, so they are taken from one run.
+ * manager per run: with --svg or --html one instrumented run records the
+ * timeline and the per-pool snapshot at the peak (with --html also through a
+ * cm_replay_recorder_t observer: per-pool breakdown over time, every
+ * allocation's place), then --repeat timed runs give the median time.
+ * Statistics are deterministic, so they are taken from one run.
  *
  * Device hook: make_storage() is the ONE place that creates the storage for a
  * `--device` name (and may adjust the device capacity from the real device).
@@ -16,10 +18,12 @@
  *
  * Output: a side-by-side text report per trace (one column per layout) with a
  * per-pool table per layout, or with --json one JSON object per (trace,
- * layout) line. A progress line goes to stderr for long replays when stderr
- * is a terminal. Exit codes: 0 ok, 1 a trace or the SVG could not be read /
- * written or a run failed, 2 usage errors, 3 a reservation failed (the trace
- * does not fit) or the device refused a call.
+ * layout) line; --html writes one page for every trace and layout
+ * (cm_replay_html) embedding those same JSON objects. A progress line goes
+ * to stderr for long replays when stderr is a terminal. Exit codes: 0 ok, 1 a
+ * trace, the SVG or the HTML could not be read / written or a run failed,
+ * 2 usage errors, 3 a reservation failed (the trace does not fit) or the
+ * device refused a call.
  *
  * Exports cm_cli_replay (cli.h).
  */
@@ -57,6 +61,7 @@ typedef struct opts {
   unsigned repeat;
   bool json, skip_bad, progress;
   const char *svg;
+  const char *html; /* --html FILE */
   const char **traces;
   size_t trace_count;
 } opts_t;
@@ -65,6 +70,8 @@ typedef struct run {
   cm_replay_result_t res; /* statistics; timeline when --svg */
   uint64_t median_ns;
   double ns_per_op;
+  cm_replay_recorder_t *rec; /* with --html: what the report draws */
+  char *json;                /* with --html: the --json object of this run */
 } run_t;
 
 static void usage(FILE *out) {
@@ -89,6 +96,8 @@ static void usage(FILE *out) {
           "  --json                 one JSON object per (trace, layout) line\n"
           "  --svg FILE             write a timeline of live and reserved bytes and a per-pool\n"
           "                         breakdown\n"
+          "  --html FILE            write an interactive, self-contained HTML report\n"
+          "                         (timeline, per-pool breakdown, address space, summary)\n"
           "  --skip-bad-lines       skip (and count) malformed lines instead of stopping\n"
           "  --device NAME          storage backend: sim (default), cuda (allocator from\n"
           "                         [memory.cuda] in --config), cuda:sync or cuda:async\n"
@@ -264,10 +273,20 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   }
   bool have = false;
   int rc;
-  if (o->svg) {
+  if (o->svg || o->html) {
     cm_replay_options_t ri = ro;
     ri.timeline_points = TIMELINE_POINTS;
+    if (o->html) {
+      if ((rc = cm_replay_recorder_create(t, TIMELINE_POINTS, &out->rec, d))) return rc;
+      ri.observe = cm_replay_recorder_observe;
+      ri.observe_arg = out->rec;
+    }
     if ((rc = replay_once(env, lay, t, &ri, &out->res, d))) return rc;
+    if (out->rec && (rc = cm_replay_recorder_status(out->rec))) {
+      snprintf(d->message, sizeof d->message, "out of memory recording the replay for --html");
+      cm_replay_result_free(&out->res);
+      return rc;
+    }
     have = true;
   }
   uint64_t *times = calloc(o->repeat, sizeof *times);
@@ -322,10 +341,9 @@ static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
           d->violations);
 }
 
-static void print_json(const char *tname, const layout_t *lay, const cm_trace_t *t,
+static void print_json(FILE *f, const char *tname, const layout_t *lay, const cm_trace_t *t,
                        const run_t *run, const env_t *env) {
   const cm_replay_result_t *r = &run->res;
-  FILE *f = stdout;
   fputs("{\"trace\":", f);
   json_string(f, tname);
   fputs(",\"layout\":", f);
@@ -373,6 +391,53 @@ static void print_json(const char *tname, const layout_t *lay, const cm_trace_t 
     fputc('}', f);
   }
   fputs("]}\n", f);
+}
+
+/* The --json object of a run as a string (no newline), or NULL. */
+static char *json_object(const char *tname, const layout_t *lay, const cm_trace_t *t,
+                         const run_t *run, const env_t *env) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  print_json(f, tname, lay, t, run, env);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  while (len && buf[len - 1] == '\n') buf[--len] = '\0';
+  return buf;
+}
+
+/* --html: one page for every trace and layout. Returns the exit status. */
+static int write_html(const char *path, const char *const *traces, size_t nt,
+                      const layout_t *lays, const run_t *runs, size_t nl) {
+  cm_replay_html_panel_t *panels = calloc(nt ? nt : 1, sizeof *panels);
+  size_t ns = nt * nl;
+  cm_replay_html_series_t *series = calloc(ns ? ns : 1, sizeof *series);
+  int rc = panels && series ? CM_OK : CM_ENOMEM;
+  for (size_t ti = 0; ti < nt && rc == CM_OK; ti++) {
+    panels[ti] = (cm_replay_html_panel_t){.title = traces[ti], .series = &series[ti * nl],
+                                          .series_count = nl};
+    for (size_t l = 0; l < nl; l++) {
+      const run_t *r = &runs[ti * nl + l];
+      series[ti * nl + l] = (cm_replay_html_series_t){lays[l].text, &r->res, r->rec, r->json};
+    }
+  }
+  FILE *f = rc == CM_OK ? fopen(path, "w") : NULL;
+  if (rc == CM_OK && !f) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, strerror(errno));
+    rc = CM_EIO;
+  } else if (f) {
+    rc = cm_replay_html(panels, nt, NULL, write_file, f);
+    if (fclose(f) != 0 && rc == CM_OK) rc = CM_EIO;
+    if (rc != CM_OK) fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, cm_strerror(rc));
+  } else {
+    fprintf(stderr, "cubemem replay: out of memory writing %s\n", path);
+  }
+  free(series);
+  free(panels);
+  return rc == CM_OK ? 0 : 1;
 }
 
 /* A row of the side-by-side table: label, then one cell per layout. */
@@ -542,7 +607,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     /* options with a value: --opt VALUE or --opt=VALUE */
     static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
                                              "--config", "--persistent-memory", "--repeat",
-                                             "--svg", "--device"};
+                                             "--svg", "--device", "--html"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
       size_t L = strlen(with_value[k]);
@@ -592,6 +657,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->repeat = (unsigned)r;
     } else if (!strcmp(name, "--svg")) {
       o->svg = val;
+    } else if (!strcmp(name, "--html")) {
+      o->html = val;
     } else if (!strcmp(name, "--device")) {
       o->device = val;
     }
@@ -729,10 +796,12 @@ int cm_cli_replay(int argc, char **argv) {
         refused_total += tr[l].res.storage.violations;
       }
       if (o.json)
-        for (size_t l = 0; l < o.layout_count; l++) print_json(tname, &lays[l], t, &tr[l], &env);
+        for (size_t l = 0; l < o.layout_count; l++) print_json(stdout, tname, &lays[l], t, &tr[l], &env);
       else
         print_text(tname, t, lays, tr, o.layout_count, &env);
       fflush(stdout);
+      if (o.html) /* the report embeds the objects --json prints */
+        for (size_t l = 0; l < o.layout_count; l++) tr[l].json = json_object(tname, &lays[l], t, &tr[l], &env);
       done[ti] = true;
       panels[ti].title = tname;
       panels[ti].series = &series[ti * o.layout_count];
@@ -758,6 +827,8 @@ int cm_cli_replay(int argc, char **argv) {
     }
   }
 
+  if (o.html && status == 0) status = write_html(o.html, o.traces, o.trace_count, lays, runs,
+                                                o.layout_count);
   if (status == 0 && (failed_total || refused_total)) {
     /* exit 3: the job does not fit (or the device refused a call) */
     if (failed_total)
@@ -776,6 +847,11 @@ out:
       if (done[ti])
         for (size_t l = 0; l < o.layout_count; l++)
           cm_replay_result_free(&runs[ti * o.layout_count + l].res);
+  if (runs)
+    for (size_t k = 0; k < o.layout_count * o.trace_count; k++) {
+      cm_replay_recorder_free(runs[k].rec);
+      free(runs[k].json);
+    }
   free(done);
   free(series);
   free(panels);

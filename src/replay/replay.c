@@ -16,6 +16,10 @@
  * sampling. When reserved bytes reach a new maximum, the per-pool reserved
  * bytes are snapshotted (this happens at most once per device allocation).
  *
+ * An optional observer (opts->observe) is called after every event with the
+ * event, the manager, the new handle of a successful ALLOC and the live bytes;
+ * the recorder of record.c is one.
+ *
  * Invariants. After the loop every handle is empty (live ones are released
  * before returning); the trace is never modified.
  *
@@ -80,7 +84,7 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
 
   /* timeline state */
   size_t ntl = 0;
-  uint64_t live = 0, run_live = 0, run_res = 0, best_res = 0;
+  uint64_t live = 0, run_live = 0, run_res = 0, best_res = 0, obs_live = 0;
   if (tl) tl[ntl++] = (cm_replay_sample_t){0, 0, s0.bytes_held};
 
   uint64_t t0 = cm__now_ns();
@@ -107,6 +111,15 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
       frees++;
       cm_handle_release(h[e->slot]);
       h[e->slot].d = NULL;
+    }
+    if (o.observe) {
+      obs_live = e->action == CM_TRACE_ALLOC ? obs_live + e->size : obs_live - e->size;
+      cm_replay_step_t step = {.index = i, .event = e, .manager = m, .live_bytes = obs_live};
+      if (e->action == CM_TRACE_ALLOC) {
+        step.handle = h[e->slot];
+        step.failed = h[e->slot].d == NULL;
+      }
+      o.observe(o.observe_arg, &step);
     }
     if (tl) {
       live = e->action == CM_TRACE_ALLOC ? live + e->size : live - e->size;
