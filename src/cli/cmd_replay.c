@@ -62,6 +62,7 @@ typedef struct opts {
   bool json, skip_bad, progress;
   const char *svg;
   const char *html; /* --html FILE */
+  bool fit;         /* --fit: also search the smallest device per layout */
   const char **traces;
   size_t trace_count;
 } opts_t;
@@ -71,6 +72,7 @@ typedef struct run {
   uint64_t median_ns;
   double ns_per_op;
   cm_replay_recorder_t *rec; /* with --html: what the report draws */
+  uint64_t fit_bytes;        /* with --fit: the smallest device (0: not found) */
   char *json;                /* with --html: the --json object of this run */
 } run_t;
 
@@ -96,6 +98,8 @@ static void usage(FILE *out) {
           "  --json                 one JSON object per (trace, layout) line\n"
           "  --svg FILE             write a timeline of live and reserved bytes and a per-pool\n"
           "                         breakdown\n"
+          "  --fit                  also find the smallest device each layout fits on (as\n"
+          "                         'cubemem fit'; shown in the report, JSON and HTML)\n"
           "  --html FILE            write an interactive, self-contained HTML report\n"
           "                         (timeline, per-pool breakdown, address space, summary)\n"
           "  --skip-bad-lines       skip (and count) malformed lines instead of stopping\n"
@@ -361,6 +365,9 @@ static void print_json(FILE *f, const char *tname, const layout_t *lay, const cm
           r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
           r->failed_allocs);
   print_driver_json(f, r);
+  if (env->o->fit)
+    fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
+            r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
   if (r->failed_allocs) {
     fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
             cm_err_name(r->first_failure), r->first_failure_size);
@@ -391,6 +398,21 @@ static void print_json(FILE *f, const char *tname, const layout_t *lay, const cm
     fputc('}', f);
   }
   fputs("]}\n", f);
+}
+
+/* --fit: the smallest simulated device on which `t` replays under `lay` with
+ * no failed reservation (cm_replay_fit; the layout stays resolved for the
+ * device of --device-memory). 0 when the trace does not fit even unlimited. */
+static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.name = "fit";
+  mc.props = env->props;
+  mc.pools = lay->pools;
+  mc.pool_count = lay->count;
+  mc.persistent_memory = env->cfg->persistent_memory;
+  cm_fit_result_t fr;
+  return cm_replay_fit(t, &mc, NULL, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
 }
 
 /* The --json object of a run as a string (no newline), or NULL. */
@@ -530,6 +552,18 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
       snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
     row("time in driver calls", c, n, width);
   }
+  if (env->o->fit) {
+    for (size_t i = 0; i < n; i++) {
+      if (runs[i].fit_bytes) fmt_bytes(runs[i].fit_bytes, c[i], 64);
+      else snprintf(c[i], 64, "-");
+    }
+    row("smallest device", c, n, width);
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%.4f",
+               runs[i].res.peak_live_bytes
+                   ? (double)runs[i].fit_bytes / (double)runs[i].res.peak_live_bytes : 0.0);
+    row("  / peak live", c, n, width);
+  }
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
   row("failed reserves", c, n, width);
   for (size_t i = 0; i < n; i++) {
@@ -602,6 +636,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       return -1;
     }
     if (!strcmp(a, "--json")) { o->json = true; continue; }
+    if (!strcmp(a, "--fit")) { o->fit = true; continue; }
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     /* options with a value: --opt VALUE or --opt=VALUE */
@@ -781,6 +816,7 @@ int cm_cli_replay(int argc, char **argv) {
     for (size_t l = 0; l < o.layout_count; l++) {
       cm_diag_clear(&d);
       int rc = replay_layout(&env, &lays[l], tname, t, &tr[l], &d);
+      if (rc == CM_OK && o.fit) tr[l].fit_bytes = fit_layout(&env, &lays[l], t);
       if (rc != CM_OK) {
         fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
                 d.message[0] ? d.message : cm_strerror(rc));

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_fit.sh - `cubemem fit`: the smallest device a trace replays on with no
+# failed reservation. The figure is checked from outside: `replay` on a device
+# of exactly that size succeeds, one grid step (2 MiB) less fails with exit 3;
+# JSON and text agree; usage errors exit 2; `replay --fit` shows the same.
+# usage: bash test_fit.sh BUILD_DIR SOURCE_DIR [SHARED_DIR]
+set -u
+BUILD=${1:?build dir} SRC=${2:?source dir} SHARED=${3:-}
+CM="$BUILD/cubemem"
+[ -x "$CM" ] || { echo "SKIP: $CM not built"; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0 pass=0
+ok() { echo "ok $1"; pass=$((pass + 1)); }
+bad() { echo "not ok $1"; fail=$((fail + 1)); }
+check() { local name=$1; shift; if "$@" >/dev/null 2>&1; then ok "$name"; else bad "$name"; fi; }
+field() { sed -n "s/.*\"$1\":\([0-9.][0-9.]*\).*/\1/p" <<<"$2"; }
+EX="$SRC/examples/torch-cpu-gpt-train.csv"
+
+check_fit() { # check_fit TRACE LAYOUT
+  local trace=$1 layout=$2 line fb live
+  line=$("$CM" fit --json --no-progress --pools "$layout" "$trace")
+  check "fit --json exits 0 [$layout]" test $? -eq 0
+  fb=$(field fit_bytes "$line")
+  live=$(field peak_live_bytes "$line")
+  [ -n "$fb" ] && [ "$fb" -ge "$live" ] && ok "fit >= peak live [$layout]" || bad "fit >= peak live [$layout]: $line"
+  local name rc
+  name=$(basename "$trace")
+  "$CM" replay --no-progress --pools "$layout" --device-memory "$fb" "$trace" >/dev/null 2>&1
+  rc=$?
+  check "replay on the fitted device succeeds [$layout, $name]" test $rc -eq 0
+  "$CM" replay --no-progress --pools "$layout" --device-memory $((fb - 2097152)) "$trace" >/dev/null 2>&1
+  rc=$?
+  check "one grid step less fails with exit 3 [$layout, $name]" test $rc -eq 3
+}
+check_fit "$EX" default
+check_fit "$EX" "sliced:page=64MiB;exclusive:max=1GiB;direct" # explicit: presets depend on the device size
+
+out=$("$CM" fit --no-progress "$EX")
+check "text report names the layout" grep -q "default" <<<"$out"
+check "text report has the ratio header" grep -q "fits in" <<<"$out"
+js=$("$CM" fit --json --no-progress "$EX")
+fb=$(field fit_bytes "$js")
+check "text report shows the same bytes as the JSON" grep -q "$fb" <<<"$out"
+rj=$("$CM" replay --fit --json --no-progress "$EX")
+check "replay --fit reports the same smallest device" test "$(field fit_bytes "$rj")" = "$fb"
+check "replay --fit text row" grep -q "smallest device" <<<"$("$CM" replay --fit --no-progress "$EX")"
+
+"$CM" fit >/dev/null 2>&1; check "no trace exits 2" test $? -eq 2
+"$CM" fit --grid 0 "$EX" >/dev/null 2>&1; check "--grid 0 exits 2" test $? -eq 2
+"$CM" fit --alignment 384 "$EX" >/dev/null 2>&1; check "--alignment not a power of two exits 2" test $? -eq 2
+"$CM" fit --frobnicate "$EX" >/dev/null 2>&1; check "unknown option exits 2" test $? -eq 2
+"$CM" fit "$TMP/none.csv" >/dev/null 2>&1; check "missing trace exits 1" test $? -eq 1
+"$CM" fit --help | grep -q "smallest device"; check "--help describes it" test $? -eq 0
+printf 'Action,Pointer,Size\nallocate,0x1,4096\n' >"$TMP/nopool.csv"
+"$CM" fit --pools 'exclusive:max=1KiB' "$TMP/nopool.csv" >/dev/null 2>"$TMP/np.err"
+check "a trace no layout can serve exits 1" test $? -eq 1
+check "and says why" grep -q "does not replay even on an unlimited device" "$TMP/np.err"
+
+if [ -n "$SHARED" ] && [ -d "$SHARED/traces" ]; then
+  check_fit "$SHARED/traces/cpu/torch-cpu-lstm-varlen-train.csv" default
+  check_fit "$SHARED/traces/gpu/cs336-medium-ctx256-inference.csv" default
+else
+  echo "# ../shared is absent: shared traces not checked"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
