@@ -5,8 +5,9 @@
  *
  * Regions. With a storage that has virtual memory (power-of-two granule G),
  * a region is one reserved address range (page_size when given, else twice
- * the device memory - 8 x max_page_size - and at least 256 GiB: address
- * space is cheap, so only physical memory limits a request) whose granules
+ * the device memory - 8 x max_page_size - and at least 2^17 granules, 256 GiB
+ * at 2 MiB: address space is cheap, so only physical memory limits a
+ * request; at most 2^19 granules) whose granules
  * are mapped on demand; reserved bytes are the mapped granules. Without VM
  * support a region is a segment obtained with cm_storage_alloc and counts
  * whole. A request that fits no region opens a new one. Caps (max_pool_size)
@@ -123,7 +124,11 @@
  * metadata, so an absurd request fails before any host allocation. */
 #define MAX_REGION_GRANULES (1ull << 21)
 #define DEFAULT_PERIOD 5000 /* reservations between periodic trims */
-#define REGION_DEFAULT (256ull << 30) /* smallest default VM region */
+/* Default VM region: twice the device memory, at least 2^17 granules (256 GiB
+ * at 2 MiB), at most 2^19 granules (1 TiB at 2 MiB): metadata is 16 bytes a
+ * granule. Larger requests open larger regions, up to MAX_REGION_GRANULES. */
+#define REGION_DEFAULT_GRANULES (1ull << 17)
+#define REGION_DEFAULT_MAX_GRANULES (1ull << 19)
 #ifndef OBJECT_MAX_DEFAULT
 #define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
 #endif
@@ -730,8 +735,9 @@ static void region_free_mem(region *r) {
  * at least REGION_DEFAULT. */
 static uint64_t region_default(const arena *a) {
   uint64_t dev = a->base.m->props.max_page_size;
-  uint64_t size = dev <= (REGION_DEFAULT / 8) ? REGION_DEFAULT : dev * 8;
-  uint64_t cap = MAX_REGION_GRANULES << a->gshift;
+  uint64_t floor_ = REGION_DEFAULT_GRANULES << a->gshift;
+  uint64_t size = dev <= floor_ / 8 ? floor_ : dev * 8;
+  uint64_t cap = REGION_DEFAULT_MAX_GRANULES << a->gshift; /* bounds the per-granule metadata */
   return size < cap ? size : cap;
 }
 

@@ -64,6 +64,8 @@ static sim_entry *entry(sim_ctx *c, uint64_t id, uint8_t kind) {
 }
 
 /* Record a violation: count it, keep its message, and set diag. */
+static int violation(sim_ctx *c, cm_diag_t *diag, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int violation(sim_ctx *c, cm_diag_t *diag, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
