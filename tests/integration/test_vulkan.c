@@ -11,7 +11,8 @@
  *     filled with vkCmdFillBuffer at their offsets and read back through a
  *     staging buffer, before and after memory is reused), the application's
  *     own instance and device handed over (cm_vulkan_device_wrap), staging
- *     memory under cm_device_t, real traces replayed with peak reserved equal
+ *     memory under cm_device_t, storages of one device on four threads
+ *     sharing its queue, real traces replayed with peak reserved equal
  *     to a simulated device without virtual memory (segment mode), and a
  *     fault sweep through the faulty decorator with the manager's invariants
  *     checked after every step.
@@ -23,6 +24,7 @@
  * Prints the figures (peak reserved per trace on both storages).
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,7 +323,9 @@ static void test_validation_is_live(void) {
   if (!g_validation) CM_SKIP("the validation layer is not installed");
   gpu g;
   gpu_open(&g, g_dev);
-  printf("  provoking one validation error on purpose (the message on stderr): a buffer with usage 0\n");
+  printf(
+      "  provoking one validation error on purpose (the message on stderr): a buffer with usage "
+      "0\n");
   fflush(stdout);
   uint64_t before = cm_vulkan_device_messages(g_dev);
   cmvk_buffer_create_info bi = {.s_type = CMVK_STYPE_BUFFER_CREATE_INFO,
@@ -640,6 +644,61 @@ static void test_device_with_staging(void) {
   cm_handle_release(a);
   ASSERT_OK(cm_device_submit(dev, 1, NULL));
   cm_device_destroy(dev);
+  uint64_t fr = 0, tot = 0;
+  ASSERT_OK(cm_vulkan_device_mem_info(g_dev, &fr, &tot, NULL));
+  EXPECT_EQ(fr, tot);
+  expect_no_messages();
+}
+
+/* ---- several storages of one device on several threads ----------------------------- */
+
+typedef struct worker {
+  int seed;
+  int errors;
+} worker;
+
+/* Each thread drives its own storage: allocate, record and wait for an
+ * event (a submission to the shared queue), free, flush (a queue wait). The
+ * validation layer's thread checks report any unsynchronised queue use. */
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  cm_storage_t *st = NULL;
+  if (cm_vulkan_storage_create(g_dev, NULL, &st, NULL) != CM_OK) {
+    w->errors++;
+    return NULL;
+  }
+  uint64_t ids[8] = {0};
+  unsigned x = (unsigned)w->seed * 2654435761u + 1;
+  for (int it = 0; it < 150; it++) {
+    x = x * 1103515245u + 12345u;
+    int k = (int)(x >> 8) % 8;
+    if (ids[k]) {
+      cm_storage_dealloc(st, ids[k], 0);
+      ids[k] = 0;
+    } else if (cm_storage_alloc(st, 4096u + (x >> 12) % (1u << 20), &ids[k], NULL) != CM_OK) {
+      w->errors++;
+    }
+    void *ev = NULL;
+    if (cm_storage_event_record(st, &ev, NULL) != CM_OK) w->errors++;
+    if (cm_storage_event_sync(st, ev) != CM_OK || cm_storage_event_query(st, ev) != 1) w->errors++;
+    cm_storage_event_destroy(st, ev);
+    if (it % 7 == 0 && cm_storage_flush(st) != CM_OK) w->errors++;
+  }
+  cm_storage_destroy(st);
+  return NULL;
+}
+
+static void test_threads(void) {
+  need_device();
+  enum { N = 4 };
+  pthread_t th[N];
+  worker w[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (worker){.seed = i + 1};
+    ASSERT(pthread_create(&th[i], NULL, worker_main, &w[i]) == 0);
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) EXPECT_EQ(w[i].errors, 0);
   uint64_t fr = 0, tot = 0;
   ASSERT_OK(cm_vulkan_device_mem_info(g_dev, &fr, &tot, NULL));
   EXPECT_EQ(fr, tot);
@@ -994,6 +1053,7 @@ int main(void) {
   CM_RUN(test_memory_is_real);
   CM_RUN(test_external_device);
   CM_RUN(test_device_with_staging);
+  CM_RUN(test_threads);
   CM_RUN(test_replay_vs_sim);
   CM_RUN(test_fault_sweep);
   cm_vulkan_device_close(g_dev);
