@@ -1,27 +1,32 @@
 /*
  * test_vulkan.c - the Vulkan storages (cubemem/vulkan.h) against a real
- * driver.
+ * driver (in CI: Mesa's lavapipe, a CPU Vulkan 1.3 driver) with
+ * VK_LAYER_KHRONOS_validation enabled. The paths without a loader or a
+ * driver are in tests/unit/test_vulkan_noloader.c.
  *
- * (The paths without a loader or a driver: tests/unit/test_vulkan_noloader.c.)
- * Real driver (in CI: Mesa's lavapipe, a CPU Vulkan 1.3 driver), with
- *     VK_LAYER_KHRONOS_validation enabled: properties, the storage contract
- *     (ids, zero-byte allocations, resolve, the dealloc queue, events),
- *     limits (allocation count, capacity, allocation size) refused with
- *     CM_EOOM and no change, the memory is real (slices of a manager are
- *     filled with vkCmdFillBuffer at their offsets and read back through a
- *     staging buffer, before and after memory is reused), the application's
- *     own instance and device handed over (cm_vulkan_device_wrap), staging
- *     memory under cm_device_t, storages of one device on four threads
- *     sharing its queue, real traces replayed with peak reserved equal
- *     to a simulated device without virtual memory (segment mode), and a
- *     fault sweep through the faulty decorator with the manager's invariants
- *     checked after every step.
- *     Every test ends with no validation message (warnings or errors) seen.
- *     Without a driver these SKIP, saying why (exit 77: ctest lists the test
- *     as skipped) - unless CM_VULKAN_REQUIRED=1
- *     (set by .ci/run's vulkan stage), which turns the skip into a failure
- *     and also requires the validation layer.
- * Prints the figures (peak reserved per trace on both storages).
+ * Covered: properties; the storage contract (ids, zero-byte allocations,
+ * resolve, the dealloc queue, events); limits (allocation count, capacity,
+ * allocation size, heap size) refused with CM_EOOM and no change; the memory
+ * is real (slices of a manager filled with vkCmdFillBuffer at their offsets
+ * and read back through a staging buffer, before and after memory is
+ * reused); an application's own instance and device handed over
+ * (cm_vulkan_device_wrap); staging memory under cm_device_t; storages of one
+ * device on four threads sharing its queue; real traces replayed with peak
+ * reserved equal to a simulated device without virtual memory (segment
+ * mode); a fault sweep through the faulty decorator with the manager's
+ * invariants checked after every event; Vulkan errors (out of device or host
+ * memory, too many objects, device lost - from vkAllocateMemory,
+ * vkBindBufferMemory, vkQueueWaitIdle and vkQueueSubmit, injected through an
+ * application's entry points) mapped to their statuses with nothing left
+ * behind; and a device close that the validation layer finds clean.
+ *
+ * Every test ends with no validation message (warning or error) seen, except
+ * the one test_validation_is_live provokes on purpose to prove the messenger
+ * listens. Without a driver every test SKIPs, saying why (exit 77: ctest lists
+ * the test as skipped) - unless CM_VULKAN_REQUIRED=1 (set by .ci/run's vulkan
+ * stage), which turns the skip into a failure and also requires the
+ * validation layer. Prints the figures (peak reserved per trace on both
+ * storages, fault points).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -617,6 +622,145 @@ static void test_external_device(void) {
   expect_no_messages();
 }
 
+/* ---- Vulkan errors: an application's entry points that fail on demand ------------- */
+
+/* Wrapping with our own vkGetInstanceProcAddr interposes vkAllocateMemory,
+ * vkBindBufferMemory, vkQueueWaitIdle and vkQueueSubmit; each fails with the
+ * VkResult set here (0 = call the driver). */
+static cmvk_result g_fail_alloc, g_fail_bind, g_fail_wait, g_fail_submit;
+static cmvk_pfn_get_instance_proc_addr g_real_gipa;
+static cmvk_pfn_get_device_proc_addr g_real_gdpa;
+static cmvk_pfn_allocate_memory g_real_alloc;
+static cmvk_pfn_bind_buffer_memory g_real_bind;
+static cmvk_pfn_queue_wait_idle g_real_wait;
+static cmvk_pfn_queue_submit g_real_submit;
+
+static cmvk_result fake_alloc(cmvk_device d, const cmvk_memory_allocate_info *i, const void *a,
+                              cmvk_device_memory *out) {
+  return g_fail_alloc ? g_fail_alloc : g_real_alloc(d, i, a, out);
+}
+static cmvk_result fake_bind(cmvk_device d, cmvk_buffer b, cmvk_device_memory m, cmvk_size o) {
+  return g_fail_bind ? g_fail_bind : g_real_bind(d, b, m, o);
+}
+static cmvk_result fake_wait(cmvk_queue q) { return g_fail_wait ? g_fail_wait : g_real_wait(q); }
+static cmvk_result fake_submit(cmvk_queue q, uint32_t n, const cmvk_submit_info *si, cmvk_fence f) {
+  return g_fail_submit ? g_fail_submit : g_real_submit(q, n, si, f);
+}
+
+#define AS_VOID_FN(out, fn)             \
+  do {                                  \
+    memcpy(&(out), &(fn), sizeof(out)); \
+  } while (0)
+
+static cmvk_void_fn fake_gdpa(cmvk_device d, const char *name) {
+  cmvk_void_fn real = g_real_gdpa(d, name), r = real;
+  if (!strcmp(name, "vkAllocateMemory")) {
+    memcpy(&g_real_alloc, &real, sizeof real);
+    cmvk_pfn_allocate_memory f = fake_alloc;
+    AS_VOID_FN(r, f);
+  } else if (!strcmp(name, "vkBindBufferMemory")) {
+    memcpy(&g_real_bind, &real, sizeof real);
+    cmvk_pfn_bind_buffer_memory f = fake_bind;
+    AS_VOID_FN(r, f);
+  } else if (!strcmp(name, "vkQueueWaitIdle")) {
+    memcpy(&g_real_wait, &real, sizeof real);
+    cmvk_pfn_queue_wait_idle f = fake_wait;
+    AS_VOID_FN(r, f);
+  } else if (!strcmp(name, "vkQueueSubmit")) {
+    memcpy(&g_real_submit, &real, sizeof real);
+    cmvk_pfn_queue_submit f = fake_submit;
+    AS_VOID_FN(r, f);
+  }
+  return r;
+}
+
+static cmvk_void_fn fake_gipa(cmvk_instance i, const char *name) {
+  cmvk_void_fn real = g_real_gipa(i, name);
+  if (strcmp(name, "vkGetDeviceProcAddr") != 0) return real;
+  memcpy(&g_real_gdpa, &real, sizeof real);
+  cmvk_pfn_get_device_proc_addr f = fake_gdpa;
+  cmvk_void_fn r;
+  AS_VOID_FN(r, f);
+  return r;
+}
+
+static void test_driver_errors(void) {
+  need_device();
+  cm_vulkan_handles_t h;
+  cm_vulkan_device_handles(g_dev, &h);
+  memcpy(&g_real_gipa, &h.get_instance_proc_addr, sizeof g_real_gipa);
+  cm_vulkan_info_t in;
+  cm_vulkan_device_info(g_dev, &in);
+  cmvk_pfn_get_instance_proc_addr fg = fake_gipa;
+  void *fgp;
+  memcpy(&fgp, &fg, sizeof fgp);
+  cm_vulkan_external_t ext = {.instance = h.instance,
+                              .physical_device = h.physical_device,
+                              .device = h.device,
+                              .queue = h.queue,
+                              .queue_family = h.queue_family,
+                              .api_version = in.api_version,
+                              .buffer_device_address = in.buffer_device_address,
+                              .memory_budget = in.memory_budget,
+                              .get_instance_proc_addr = fgp};
+  cm_vulkan_device_t *w = NULL;
+  ASSERT_OK(cm_vulkan_device_wrap(&ext, &w, NULL));
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_vulkan_storage_create(w, NULL, &st, NULL));
+  static const struct {
+    cmvk_result *knob;
+    cmvk_result r;
+    int want;
+    const char *text;
+  } cases[] = {
+      {&g_fail_alloc, CMVK_ERROR_OUT_OF_DEVICE_MEMORY, CM_EOOM,
+       "vkAllocateMemory returned VK_ERROR_OUT_OF_DEVICE_MEMORY"},
+      {&g_fail_alloc, CMVK_ERROR_TOO_MANY_OBJECTS, CM_EOOM, "VK_ERROR_TOO_MANY_OBJECTS"},
+      {&g_fail_alloc, CMVK_ERROR_OUT_OF_HOST_MEMORY, CM_ENOMEM, "VK_ERROR_OUT_OF_HOST_MEMORY"},
+      {&g_fail_alloc, CMVK_ERROR_DEVICE_LOST, CM_ESTORAGE,
+       "vkAllocateMemory for 4096 bytes failed: VK_ERROR_DEVICE_LOST (VkResult -4)"},
+      {&g_fail_bind, CMVK_ERROR_OUT_OF_DEVICE_MEMORY, CM_EOOM, "vkBindBufferMemory returned"},
+      {&g_fail_bind, CMVK_ERROR_UNKNOWN, CM_ESTORAGE, "vkBindBufferMemory for 4096 bytes failed"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    *cases[i].knob = cases[i].r;
+    cm_diag_t d = {0};
+    uint64_t id = 0;
+    EXPECT_STATUS(cm_storage_alloc(st, 4096, &id, &d), cases[i].want);
+    EXPECT_STATUS(d.native, cases[i].r);
+    EXPECT_CONTAINS(d.message, cases[i].text);
+    *cases[i].knob = 0;
+    cm_vulkan_storage_counters_t c;
+    cm_vulkan_storage_counters(st, &c);
+    EXPECT_EQ(c.live, 0); /* nothing left behind: buffer destroyed, memory freed */
+    uint64_t fr = 0, tot = 0;
+    ASSERT_OK(cm_vulkan_device_mem_info(w, &fr, &tot, NULL));
+    EXPECT_EQ(fr, tot);
+  }
+  /* a failed wait before freeing: reported, counted, and the memory freed anyway */
+  uint64_t id = 0;
+  ASSERT_OK(cm_storage_alloc(st, 4096, &id, NULL));
+  cm_storage_dealloc(st, id, 4096);
+  g_fail_wait = CMVK_ERROR_DEVICE_LOST;
+  EXPECT_STATUS(cm_storage_flush(st), CM_ESTORAGE);
+  g_fail_wait = 0;
+  cm_vulkan_storage_counters_t c;
+  cm_vulkan_storage_counters(st, &c);
+  EXPECT_EQ(c.free_errors, 1);
+  EXPECT_EQ(c.live, 0);
+  /* an event whose submission fails: an error, and its fence destroyed */
+  g_fail_submit = CMVK_ERROR_DEVICE_LOST;
+  void *ev = (void *)0x1;
+  cm_diag_t d = {0};
+  EXPECT_STATUS(cm_storage_event_record(st, &ev, &d), CM_ESTORAGE);
+  EXPECT_CONTAINS(d.message, "vkQueueSubmit (event) failed: VK_ERROR_DEVICE_LOST");
+  EXPECT(ev == NULL);
+  g_fail_submit = 0;
+  cm_storage_destroy(st);
+  cm_vulkan_device_close(w);
+  expect_no_messages();
+}
+
 /* ---- staging under cm_device_t --------------------------------------------------- */
 
 static void test_device_with_staging(void) {
@@ -1025,6 +1169,16 @@ static void test_fault_sweep(void) {
   expect_no_messages();
 }
 
+/* Closing the device destroys it: the validation layer reports any Vulkan
+ * object cubemem failed to destroy (VUID-vkDestroyDevice-device-00378). */
+static void test_close_clean(void) {
+  need_device();
+  cm_vulkan_device_close(g_dev);
+  g_dev = NULL;
+  uint64_t n = cm_vulkan_messages_total() - g_baseline;
+  EXPECT_EQ(n, 0);
+}
+
 int main(void) {
   g_required = env_on("CM_VULKAN_REQUIRED");
   cm_vulkan_open_options_t o;
@@ -1056,6 +1210,7 @@ int main(void) {
   CM_RUN(test_threads);
   CM_RUN(test_replay_vs_sim);
   CM_RUN(test_fault_sweep);
-  cm_vulkan_device_close(g_dev);
+  CM_RUN(test_driver_errors);
+  CM_RUN(test_close_clean);
   return cm_test_finish();
 }
