@@ -18,7 +18,9 @@
  * memory, too many objects, device lost - from vkAllocateMemory,
  * vkBindBufferMemory, vkQueueWaitIdle and vkQueueSubmit, injected through an
  * application's entry points) mapped to their statuses with nothing left
- * behind; and a device close that the validation layer finds clean.
+ * behind; VK_EXT_memory_budget (simulated through the same interposition,
+ * since lavapipe lacks it) refusing what exceeds the budget; and a device
+ * close that the validation layer finds clean.
  *
  * Every test ends with no validation message (warning or error) seen, except
  * the one test_validation_is_live provokes on purpose to prove the messenger
@@ -634,6 +636,21 @@ static cmvk_pfn_allocate_memory g_real_alloc;
 static cmvk_pfn_bind_buffer_memory g_real_bind;
 static cmvk_pfn_queue_wait_idle g_real_wait;
 static cmvk_pfn_queue_submit g_real_submit;
+/* VK_EXT_memory_budget, simulated (lavapipe lacks it): every heap reports
+ * this budget and usage when a budget structure is chained (0 = off). */
+static uint64_t g_budget, g_usage;
+static cmvk_pfn_get_physical_device_memory_properties2 g_real_mp2;
+
+static void fake_mp2(cmvk_physical_device pd, cmvk_memory_properties2 *out) {
+  void *chain = out->p_next;
+  out->p_next = NULL; /* the driver does not know the structure */
+  g_real_mp2(pd, out);
+  out->p_next = chain;
+  for (cmvk_memory_budget *b = chain; b; b = b->p_next)
+    if (b->s_type == CMVK_STYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT)
+      for (int i = 0; i < CMVK_MAX_MEMORY_HEAPS; i++)
+        b->heap_budget[i] = g_budget, b->heap_usage[i] = g_usage;
+}
 
 static cmvk_result fake_alloc(cmvk_device d, const cmvk_memory_allocate_info *i, const void *a,
                               cmvk_device_memory *out) {
@@ -676,6 +693,13 @@ static cmvk_void_fn fake_gdpa(cmvk_device d, const char *name) {
 
 static cmvk_void_fn fake_gipa(cmvk_instance i, const char *name) {
   cmvk_void_fn real = g_real_gipa(i, name);
+  if (!strcmp(name, "vkGetPhysicalDeviceMemoryProperties2") && g_budget) {
+    memcpy(&g_real_mp2, &real, sizeof real);
+    cmvk_pfn_get_physical_device_memory_properties2 f = fake_mp2;
+    cmvk_void_fn r;
+    AS_VOID_FN(r, f);
+    return r;
+  }
   if (strcmp(name, "vkGetDeviceProcAddr") != 0) return real;
   memcpy(&g_real_gdpa, &real, sizeof real);
   cmvk_pfn_get_device_proc_addr f = fake_gdpa;
@@ -684,8 +708,8 @@ static cmvk_void_fn fake_gipa(cmvk_instance i, const char *name) {
   return r;
 }
 
-static void test_driver_errors(void) {
-  need_device();
+/* A wrapped view of g_dev whose entry points come through fake_gipa. */
+static cm_vulkan_device_t *wrap_interposed(bool budget) {
   cm_vulkan_handles_t h;
   cm_vulkan_device_handles(g_dev, &h);
   memcpy(&g_real_gipa, &h.get_instance_proc_addr, sizeof g_real_gipa);
@@ -701,10 +725,47 @@ static void test_driver_errors(void) {
                               .queue_family = h.queue_family,
                               .api_version = in.api_version,
                               .buffer_device_address = in.buffer_device_address,
-                              .memory_budget = in.memory_budget,
+                              .memory_budget = budget,
                               .get_instance_proc_addr = fgp};
   cm_vulkan_device_t *w = NULL;
-  ASSERT_OK(cm_vulkan_device_wrap(&ext, &w, NULL));
+  cm_diag_t d = {0};
+  if (cm_vulkan_device_wrap(&ext, &w, &d) != CM_OK) {
+    cm_test_fail(__FILE__, __LINE__, "wrap: %s", d.message);
+    return NULL;
+  }
+  return w;
+}
+
+static void test_memory_budget(void) {
+  need_device();
+  g_budget = 16u << 20;
+  g_usage = 4u << 20;
+  cm_vulkan_device_t *w = wrap_interposed(true);
+  ASSERT(w != NULL);
+  cm_vulkan_info_t wi;
+  cm_vulkan_device_info(w, &wi);
+  EXPECT(wi.memory_budget);
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_vulkan_storage_create(w, NULL, &st, NULL));
+  cm_diag_t d = {0};
+  uint64_t id = 0, id2 = 0;
+  EXPECT_STATUS(cm_storage_alloc(st, 16u << 20, &id, &d), CM_EOOM);
+  EXPECT_CONTAINS(d.message, "the memory budget (VK_EXT_memory_budget) has 12582912 bytes left");
+  EXPECT_OK(cm_storage_alloc(st, 8u << 20, &id2, NULL));
+  uint64_t fr = 0, tot = 0;
+  EXPECT_OK(cm_vulkan_device_mem_info(w, &fr, &tot, NULL));
+  EXPECT_EQ(fr, 12u << 20); /* the budget left, below the heap's free bytes */
+  EXPECT_EQ(tot, wi.heap_size);
+  cm_storage_destroy(st);
+  cm_vulkan_device_close(w);
+  g_budget = g_usage = 0;
+  expect_no_messages();
+}
+
+static void test_driver_errors(void) {
+  need_device();
+  cm_vulkan_device_t *w = wrap_interposed(false);
+  ASSERT(w != NULL);
   cm_storage_t *st = NULL;
   ASSERT_OK(cm_vulkan_storage_create(w, NULL, &st, NULL));
   static const struct {
@@ -1211,6 +1272,7 @@ int main(void) {
   CM_RUN(test_replay_vs_sim);
   CM_RUN(test_fault_sweep);
   CM_RUN(test_driver_errors);
+  CM_RUN(test_memory_budget);
   CM_RUN(test_close_clean);
   return cm_test_finish();
 }
