@@ -32,7 +32,9 @@
  *    (0 when bufferDeviceAddress is not enabled). dealloc queues the id;
  *    flush waits for the storage's queue to go idle (work submitted there may
  *    still use the memory), then destroys the buffers and frees the memory.
- *    Events are fences signalled by an empty submission to the queue.
+ *    Events are fences signalled by an empty submission to the queue;
+ *    destroying a pending event waits for it first (Vulkan forbids
+ *    destroying a fence still in use).
  *    Zero-byte allocations get an id and no Vulkan object.
  *  - staging storage (cm_vulkan_staging_storage_create): host-visible,
  *    host-coherent memory (host-cached preferred, device-local avoided),

@@ -1192,7 +1192,14 @@ static int dev_event_sync(void *ctx, void *event) {
 static void dev_event_destroy(void *ctx, void *event) {
   vk_storage *s = ctx;
   if (!event) return;
-  s->dev->api.DestroyFence(s->dev->device, (cmvk_fence)(uintptr_t)event, NULL);
+  cmvk_fence f = (cmvk_fence)(uintptr_t)event;
+  /* Vulkan forbids destroying a fence that a pending submission still
+   * signals (CUDA allows destroying a pending event): wait first. A failed
+   * wait means the device is lost, when nothing is pending any more, so the
+   * fence is destroyed either way; there is no caller to report to. */
+  if (s->dev->api.GetFenceStatus(s->dev->device, f) == CMVK_NOT_READY)
+    (void)s->dev->api.WaitForFences(s->dev->device, 1, &f, 1, UINT64_MAX);
+  s->dev->api.DestroyFence(s->dev->device, f, NULL);
 }
 
 static int st_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
