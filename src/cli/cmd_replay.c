@@ -135,8 +135,7 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
                  "bad Vulkan device '%s' (use vulkan or vulkan:N, N a device index)", device + 7);
       return CM_EINVAL;
     }
-    cm_device_props_t props;
-    int rc = cm_vulkan_storage_open_default((int)index, out, &props, diag);
+    int rc = cm_vulkan_storage_open_default((int)index, out, NULL, diag);
     uint64_t total = 0;
     if (rc == CM_OK && cm_storage_mem_info(*out, NULL, &total) == CM_OK && total)
       *capacity = total; /* the device-local heap */
