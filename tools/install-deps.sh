@@ -2,11 +2,14 @@
 # install-deps.sh - install what building and testing cubemem needs on Debian
 # (called by the Makefile when a tool is missing, and by .ci/run).
 # Usage: tools/install-deps.sh [--all]   (--all adds clang, valgrind, python3
-# and the sanitizer/fuzzer runtimes used by make asan/tsan/valgrind/fuzz)
+# and the sanitizer/fuzzer runtimes used by make asan/tsan/valgrind/fuzz, and
+# a Vulkan loader, Mesa's CPU driver lavapipe and the validation layer for the
+# Vulkan tests, which skip without them)
 set -euo pipefail
 pkgs=(cmake ninja-build gcc make pkg-config)
 if [ "${1:-}" = "--all" ]; then
   pkgs+=(clang libclang-rt-14-dev valgrind python3)
+  pkgs+=(libvulkan1 mesa-vulkan-drivers vulkan-validationlayers libvulkan-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

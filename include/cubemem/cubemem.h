@@ -11,6 +11,7 @@
 #include "cubemem/dropqueue.h"
 #include "cubemem/replay.h"
 #include "cubemem/cuda.h"
+#include "cubemem/vulkan.h"
 #include "cubemem/ptr.h"
 #include "cubemem/faulty.h"
 #endif

@@ -40,6 +40,7 @@
 #include "cubemem/cuda.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
+#include "cubemem/vulkan.h"
 
 #define MAX_LAYOUTS 16
 #define TIMELINE_POINTS 2000
@@ -104,7 +105,9 @@ static void usage(FILE *out) {
           "                         (timeline, per-pool breakdown, address space, summary)\n"
           "  --skip-bad-lines       skip (and count) malformed lines instead of stopping\n"
           "  --device NAME          storage backend: sim (default), cuda (allocator from\n"
-          "                         [memory.cuda] in --config), cuda:sync or cuda:async\n"
+          "                         [memory.cuda] in --config), cuda:sync or cuda:async,\n"
+          "                         vulkan or vulkan:N (physical device N; CM_VULKAN_VALIDATION=1\n"
+          "                         enables the validation layer and fails on its messages)\n"
           "  --no-progress          never print the progress line\n");
 }
 
@@ -137,9 +140,25 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
     }
     return rc;
   }
+  if (!strcmp(device, "vulkan") || !strncmp(device, "vulkan:", 7)) {
+    char *end = NULL;
+    long index = device[6] == ':' ? strtol(device + 7, &end, 10) : -1;
+    if (device[6] == ':' && (end == device + 7 || *end || index < 0 || index > 1024)) {
+      if (diag)
+        snprintf(diag->message, sizeof diag->message,
+                 "bad Vulkan device '%s' (use vulkan or vulkan:N, N a device index)", device + 7);
+      return CM_EINVAL;
+    }
+    int rc = cm_vulkan_storage_open_default((int)index, out, NULL, diag);
+    uint64_t total = 0;
+    if (rc == CM_OK && cm_storage_mem_info(*out, NULL, &total) == CM_OK && total)
+      *capacity = total; /* the device-local heap */
+    return rc;
+  }
   if (diag)
     snprintf(diag->message, sizeof diag->message,
-             "unknown device '%s' (use sim, cuda, cuda:sync or cuda:async)", device);
+             "unknown device '%s' (use sim, cuda, cuda:sync, cuda:async, vulkan or vulkan:N)",
+             device);
   return CM_ENOTSUP;
 }
 
@@ -878,6 +897,11 @@ int cm_cli_replay(int argc, char **argv) {
   }
 
 out:
+  if (cm_vulkan_messages_total() > 0) { /* only with CM_VULKAN_VALIDATION=1 */
+    fprintf(stderr, "cubemem replay: %" PRIu64 " Vulkan validation message(s), shown above\n",
+            cm_vulkan_messages_total());
+    if (status == 0) status = 1;
+  }
   if (runs && done)
     for (size_t ti = 0; ti < o.trace_count; ti++)
       if (done[ti])
