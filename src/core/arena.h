@@ -1,0 +1,380 @@
+/*
+ * arena.h - the arena pool's internals (pool_arena.c), shared by its parts:
+ * pool_arena.c (regions, placement, the pool interface), arena_map.c
+ * (physical objects, mapping, trimming, the out-of-memory fallback) and
+ * arena_check.c (the invariant checker and the display). pool_arena.c's
+ * header comment describes the design.
+ */
+#ifndef CM_CORE_ARENA_H
+#define CM_CORE_ARENA_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/manager_internal.h"
+#include "storage/storage_internal.h"
+
+#define SLB 3u
+#define SLN (1u << SLB)
+#define NFL (64u - SLB + 1u)
+#define NBINS (NFL * SLN)
+#define SCAN_LIMIT 8       /* entries of the request's own bin examined */
+#define SCAN_NEXT 1        /* entries of the next non-empty bin examined */
+#define ALT_LIMIT 64       /* blocks examined for an already mapped fit */
+#define KEEP_MIN 1         /* free mapped granules kept: KEEP_MIN + mapped >> KEEP_SHIFT */
+#define KEEP_SHIFT 8
+#define REGRET_WINDOW 4096 /* a trim undone within this many reservations raises the budget */
+#define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
+#define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
+#define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
+#define EXT_SHIFT 9        /* growth maps extend by up to mapped >> EXT_SHIFT granules */
+#define SPARE_MAX 4096     /* recycled block nodes kept */
+/* Largest VM region, in granules (4 TiB at 2 MiB): bounds the per-granule
+ * metadata, so an absurd request fails before any host allocation. */
+#define MAX_REGION_GRANULES (1ull << 21)
+#define DEFAULT_PERIOD 5000 /* reservations between periodic trims */
+/* Default VM region: twice the device memory, at least 2^17 granules (256 GiB
+ * at 2 MiB), at most 2^19 granules (1 TiB at 2 MiB): metadata is 16 bytes a
+ * granule. Larger requests open larger regions, up to MAX_REGION_GRANULES. */
+#define REGION_DEFAULT_GRANULES (1ull << 17)
+#define REGION_DEFAULT_MAX_GRANULES (1ull << 19)
+#ifndef OBJECT_MAX_DEFAULT
+#define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
+#endif
+#define SEG_MIN (2ull << 20)
+
+#define OUT(buf, cap, len, ...)                                                               \
+  do {                                                                                        \
+    int n__ = snprintf((len) < (cap) ? (buf) + (len) : NULL, (len) < (cap) ? (cap) - (len) : 0, \
+                       __VA_ARGS__);                                                          \
+    if (n__ > 0) (len) += (size_t)n__;                                                        \
+  } while (0)
+
+typedef struct ablk {
+  cm__slice s;                /* s.offset / s.span: the block's range in its region */
+  struct ablk *prev, *next;   /* address neighbours in the region */
+  struct ablk *fprev, *fnext; /* bin list while free; spare list link */
+  struct region *rg;          /* its region */
+  uint32_t region;            /* index of rg in arena.regs */
+  uint32_t bin;
+  uint8_t free;
+} ablk;
+
+typedef struct region {
+  uint64_t id, size;
+  ablk *first;
+  bool vm;
+  bool lazy;           /* segment: counted, but not allocated in the storage yet (dry run) */
+  uint64_t idle_since; /* segment: alloc_nr when it became all free, 0 = in use */
+  /* VM only */
+  uint64_t ngran, nwords, mapped_gran, top; /* top: 1 + highest granule ever mapped */
+  uint64_t *mapped, *fm;
+  uint64_t *virt; /* counted as mapped (in `mapped`) but not mapped in the storage;
+                   * allocated by the first dry run that maps in the region */
+  uint32_t *cnt;
+  uint32_t *trimmed; /* per granule: reservation count (low bits) when trimmed, 0 = never */
+  uint32_t *ostart;  /* per mapped granule: the first granule of its object */
+  uint32_t *olen;    /* per object start: its length in granules (0 elsewhere) */
+} region;
+
+typedef struct arena {
+  cm__pool base;
+  cm_storage_t *st;
+  bool vm;
+  unsigned gshift;
+  uint64_t gran;
+  uint64_t omax; /* largest physical object, in granules */
+  region **regs;
+  uint32_t nregs, capregs;
+  ablk *heads[NBINS];
+  uint64_t flmap;
+  uint32_t slmap[NFL];
+  ablk *spare;
+  size_t nspare;
+  uint64_t held;        /* bytes held: mapped granules + segments */
+  uint64_t free_mapped; /* VM: free mapped granules, all regions */
+  /* Memory counted but not backed by the storage (dry runs): VM: virtual
+   * granules, all regions; segments: segments not allocated yet. */
+  uint64_t unbacked;
+  uint64_t lazy_bytes;  /* segments: bytes of the lazy segments */
+  uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
+  uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
+  uint64_t period;
+  uint64_t alloc_nr;    /* last alloc_nr seen in cleanup */
+  uint32_t ops;         /* reservations seen (wraps), stamps trims */
+  uint64_t regret;      /* granules re-mapped soon after a trim: raises the budget */
+} arena;
+
+static inline arena *AR(cm__pool *p) { return (arena *)p; }
+static inline ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
+/* Is a dry run open on the manager (spec §6)? */
+static inline bool dry_run(const arena *a) { return a->base.m->dry_runs > 0; }
+
+/* ---- bins -------------------------------------------------------------------- */
+
+static inline uint32_t bin_of(uint64_t size) {
+  if (size < SLN) return (uint32_t)size;
+  unsigned fl = 63u - (unsigned)__builtin_clzll(size);
+  uint32_t sl = (uint32_t)(size >> (fl - SLB)) - SLN;
+  return (fl - SLB + 1u) * SLN + sl;
+}
+
+static inline void bin_insert_at(arena *a, ablk *b, uint32_t i) {
+  b->bin = i;
+  b->free = 1;
+  b->fprev = NULL;
+  b->fnext = a->heads[i];
+  if (b->fnext) b->fnext->fprev = b;
+  a->heads[i] = b;
+  a->slmap[i / SLN] |= 1u << (i % SLN);
+  a->flmap |= 1ull << (i / SLN);
+}
+
+static inline void bin_insert(arena *a, ablk *b) { bin_insert_at(a, b, bin_of(b->s.span)); }
+
+static inline void bin_remove(arena *a, ablk *b) {
+  uint32_t i = b->bin;
+  if (b->fprev) b->fprev->fnext = b->fnext;
+  else a->heads[i] = b->fnext;
+  if (b->fnext) b->fnext->fprev = b->fprev;
+  if (!a->heads[i]) {
+    a->slmap[i / SLN] &= ~(1u << (i % SLN));
+    if (!a->slmap[i / SLN]) a->flmap &= ~(1ull << (i / SLN));
+  }
+  b->free = 0;
+}
+
+/* A free block's span changed: move it if its bin did. */
+static inline void rebin(arena *a, ablk *b) {
+  uint32_t i = bin_of(b->s.span);
+  if (i == b->bin) return;
+  bin_remove(a, b);
+  bin_insert_at(a, b, i);
+}
+
+/* Better of two candidate blocks: smaller span, then lower region/offset. */
+static inline bool better(const ablk *x, const ablk *best) {
+  if (!best) return true;
+  if (x->s.span != best->s.span) return x->s.span < best->s.span;
+  if (x->region != best->region) return x->region < best->region;
+  return x->s.offset < best->s.offset;
+}
+
+/* The first non-empty bin above bin i, or NBINS: the one bin search, shared
+ * by the best fit and the search for an already mapped fit. */
+static inline uint32_t next_bin(const arena *a, uint32_t i) {
+  uint32_t g = i / SLN, sl = i % SLN;
+  uint32_t m = sl + 1 < SLN ? a->slmap[g] & (~0u << (sl + 1)) : 0;
+  if (!m) {
+    uint64_t fm = g + 1 < 64 ? a->flmap & (~0ull << (g + 1)) : 0;
+    if (!fm) return NBINS;
+    g = (uint32_t)__builtin_ctzll(fm);
+    m = a->slmap[g];
+  }
+  return g * SLN + (uint32_t)__builtin_ctz(m);
+}
+
+/* Best fit for span s: scan the own bin, then the next non-empty bin. */
+static inline __attribute__((always_inline)) ablk *find_fit(arena *a, uint64_t s) {
+  uint32_t i = bin_of(s);
+  ablk *best = NULL;
+  int n = 0;
+  for (ablk *b = a->heads[i]; b && n < SCAN_LIMIT; b = b->fnext, n++) {
+    if (b->s.span == s) return b;
+    if (b->s.span > s && better(b, best)) best = b;
+  }
+  if (best) return best;
+  uint32_t j = next_bin(a, i);
+  if (j == NBINS) return NULL;
+  n = 0;
+  for (ablk *b = a->heads[j]; b && n < SCAN_NEXT; b = b->fnext, n++)
+    if (better(b, best)) best = b;
+  return best;
+}
+
+/* ---- bitmaps --------------------------------------------------------------------- */
+
+/* Mask of bits [lo, hi] inside word w (bit indices absolute). */
+static inline uint64_t wmask(uint64_t w, uint64_t lo, uint64_t hi) {
+  uint64_t b0 = w * 64, m = ~0ull;
+  if (lo > b0) m &= ~0ull << (lo - b0);
+  if (hi < b0 + 63) m &= ~0ull >> (63 - (hi - b0));
+  return m;
+}
+
+static inline bool bits_all(const uint64_t *bm, uint64_t lo, uint64_t hi) {
+  if (__builtin_expect(lo / 64 == hi / 64, 1)) {
+    uint64_t m = (~0ull << (lo % 64)) & (~0ull >> (63 - hi % 64));
+    return (bm[lo / 64] & m) == m;
+  }
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t m = wmask(w, lo, hi);
+    if ((bm[w] & m) != m) return false;
+  }
+  return true;
+}
+
+static inline bool bits_none(const uint64_t *bm, uint64_t lo, uint64_t hi) {
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    if (bm[w] & wmask(w, lo, hi)) return false;
+  return true;
+}
+
+/* Clear bits [lo, hi]; return how many were set. */
+static inline uint64_t bits_clear(uint64_t *bm, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t m = wmask(w, lo, hi);
+    n += (uint64_t)__builtin_popcountll(bm[w] & m);
+    bm[w] &= ~m;
+  }
+  return n;
+}
+
+/* dst |= src over [lo, hi]; return how many dst bits became set. */
+static inline uint64_t bits_or(uint64_t *dst, const uint64_t *src, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++) {
+    uint64_t add = src[w] & ~dst[w] & wmask(w, lo, hi);
+    n += (uint64_t)__builtin_popcountll(add);
+    dst[w] |= add;
+  }
+  return n;
+}
+
+static inline bool bit(const uint64_t *bm, uint64_t i) { return (bm[i / 64] >> (i % 64)) & 1; }
+static inline void bit_set(uint64_t *bm, uint64_t i) { bm[i / 64] |= 1ull << (i % 64); }
+static inline void bit_clr(uint64_t *bm, uint64_t i) { bm[i / 64] &= ~(1ull << (i % 64)); }
+
+/* ---- granule accounting (VM regions) ---------------------------------------------- */
+
+/* Block [off, off+len) of r becomes used. */
+static inline __attribute__((always_inline)) void used_add(arena *a, region *r, uint64_t off, uint64_t len) {
+  uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  if (__builtin_expect(g0 == g1, 1)) {
+    if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
+      bit_clr(r->fm, g0);
+      if (--a->free_mapped < a->low_free) a->low_free = a->free_mapped;
+    }
+    return;
+  }
+  if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
+    bit_clr(r->fm, g0);
+    a->free_mapped--;
+  }
+  if (g1 != g0 && r->cnt[g1]++ == 0 && bit(r->fm, g1)) {
+    bit_clr(r->fm, g1);
+    a->free_mapped--;
+  }
+  if (g1 > g0 + 1) a->free_mapped -= bits_clear(r->fm, g0 + 1, g1 - 1);
+  if (a->free_mapped < a->low_free) a->low_free = a->free_mapped;
+}
+
+/* Block [off, off+len) of r becomes free (before merging). */
+static inline __attribute__((always_inline)) void used_remove(arena *a, region *r, uint64_t off, uint64_t len) {
+  uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  if (__builtin_expect(g0 == g1, 1)) {
+    if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
+      bit_set(r->fm, g0);
+      a->free_mapped++;
+    }
+    return;
+  }
+  if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
+    bit_set(r->fm, g0);
+    a->free_mapped++;
+  }
+  if (g1 != g0 && --r->cnt[g1] == 0 && bit(r->mapped, g1)) {
+    bit_set(r->fm, g1);
+    a->free_mapped++;
+  }
+  if (g1 > g0 + 1) a->free_mapped += bits_or(r->fm, r->mapped, g0 + 1, g1 - 1);
+}
+
+static inline bool range_mapped(arena *a, region *r, uint64_t off, uint64_t len) {
+  return bits_all(r->mapped, off >> a->gshift, (off + len - 1) >> a->gshift);
+}
+
+/* Is granule g of r backed by the storage (mapped and not virtual)? */
+static inline bool backed(const region *r, uint64_t g) {
+  return bit(r->mapped, g) && !(r->virt && bit(r->virt, g));
+}
+
+/* n virtual granules were backed or unmapped. */
+static inline void virt_sub(arena *a, uint64_t n) {
+  a->unbacked -= n;
+  a->st->dry_bytes -= n << a->gshift;
+}
+
+/* Any virtual granule in [lo, hi] of r? */
+static inline bool virt_in(const arena *a, const region *r, uint64_t lo, uint64_t hi) {
+  return a->unbacked && r->virt && !bits_none(r->virt, lo, hi);
+}
+
+static inline uint64_t span_of(const arena *a, uint64_t eff) {
+  uint64_t al = a->base.alignment;
+  return eff < al ? al : eff;
+}
+
+static inline bool capped(const arena *a) { return a->base.opts.has_max_pool_size; }
+
+/* Hysteresis budget: free mapped granules kept for reuse. */
+static inline uint64_t keep_budget(const arena *a) {
+  return KEEP_MIN + ((a->held >> a->gshift) >> KEEP_SHIFT) + a->regret;
+}
+
+/* Would adding `add` bytes exceed the cap? */
+static inline bool over_cap(const arena *a, uint64_t add) {
+  uint64_t cap = a->base.opts.max_pool_size;
+  return capped(a) && (add > cap || a->held > cap - add);
+}
+
+static inline uint64_t unmapped_in(const region *r, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    n += (uint64_t)__builtin_popcountll(~r->mapped[w] & wmask(w, lo, hi));
+  return n;
+}
+
+static inline uint64_t fm_in(const region *r, uint64_t lo, uint64_t hi) {
+  uint64_t n = 0;
+  for (uint64_t w = lo / 64; w <= hi / 64; w++)
+    n += (uint64_t)__builtin_popcountll(r->fm[w] & wmask(w, lo, hi));
+  return n;
+}
+
+/* Storage calls are batched: consecutive objects of one size go to the
+ * storage in one vm_map (or vm_unmap) of `piece`-sized objects, so access is
+ * set once per run. */
+typedef struct batch {
+  uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
+} batch;
+
+/* ---- arena_map.c --------------------------------------------------------------------- */
+
+/* Add object [s, s+n) of r to unmap batch b, flushing what cannot join. */
+void cm__arena_unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n);
+/* Storage-unmap a batch (failures are counted by the storage). */
+void cm__arena_unmap_flush(arena *a, region *r, batch *b);
+/* Unmap free objects, highest first, until `want` granules went (see there). */
+uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const region *ex,
+                                uint64_t ex_lo, uint64_t ex_hi);
+uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi);
+/* Map every unmapped granule of [lo, hi] in r (see there). */
+int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
+                        cm_diag_t *diag);
+/* Map what placing span s at the low end of free block b needs (see there). */
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag);
+/* Dry run: would `add` more bytes exceed the device's free memory? */
+bool cm__arena_dry_short(const arena *a, uint64_t add);
+/* CM_ECAPACITY with the pool's figures. */
+int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
+
+/* ---- arena_check.c ------------------------------------------------------------------- */
+
+size_t cm__arena_check(cm__pool *p, cm_diag_t *diag);
+size_t cm__arena_display(cm__pool *p, char *buf, size_t cap);
+
+#endif

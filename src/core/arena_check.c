@@ -1,0 +1,198 @@
+/*
+ * arena_check.c - the arena's invariant checker (cm_manager_check) and its
+ * display (pool_arena.c's header comment lists the invariants).
+ */
+#include "core/arena.h"
+
+/* ---- check ------------------------------------------------------------------------- */
+
+#define BAD(...)                                                          \
+  do {                                                                    \
+    if (bad++ == 0 && diag && !diag->message[0])                          \
+      cm__diag_set(diag, CM_ECORRUPT, "arena pool: " __VA_ARGS__);        \
+  } while (0)
+
+size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
+  arena *a = AR(p);
+  size_t bad = 0;
+  cm_usage_t u = {0};
+  uint64_t held = 0, nfree = 0, fmapped = 0, unmapped_used = 0, regions = 0, virt = 0,
+           lazy_segs = 0;
+  for (uint32_t ri = 0; ri < a->nregs; ri++) {
+    region *r = a->regs[ri];
+    if (!r) continue;
+    regions++;
+    lazy_segs += r->lazy;
+    uint32_t *cnt = NULL;
+    uint64_t *cover = NULL;
+    /* Granules at or above `lim` hold no used block and lie above `top`: they
+     * are checked with word-level scans below, so a check costs the live part
+     * of the region, not its whole reserved range. */
+    uint64_t lim = 0;
+    if (r->vm) {
+      lim = r->top < r->ngran ? r->top : r->ngran;
+      for (ablk *b = r->first; b; b = b->next)
+        if (!b->free) {
+          uint64_t g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+          if (g1 + 1 > lim) lim = g1 + 1 < r->ngran ? g1 + 1 : r->ngran;
+        }
+      cnt = calloc(lim ? lim : 1, sizeof *cnt);
+      cover = calloc((lim + 63) / 64 + 1, sizeof *cover);
+      if (!cnt || !cover) { /* a check that cannot run must not say "healthy" */
+        free(cnt);
+        free(cover);
+        if (diag && !diag->message[0])
+          cm__diag_set(diag, CM_ENOMEM, "arena pool: the checker is out of host memory for "
+                       "region %u; nothing was checked", ri);
+        return bad + 1;
+      }
+    }
+    uint64_t off = 0;
+    ablk *prev = NULL;
+    for (ablk *b = r->first; b; prev = b, b = b->next) {
+      if (b->prev != prev) BAD("broken address links in region %u", ri);
+      if (b->region != ri) BAD("block in region %u says region %u", ri, b->region);
+      if (b->s.offset != off) BAD("gap or overlap at offset %" PRIu64 " in region %u", off, ri);
+      if (b->s.storage_id != r->id) BAD("block storage id differs from its region");
+      if (b->s.span == 0) BAD("empty block");
+      if (!b->s.desc || b->s.desc->slice != &b->s) BAD("descriptor does not point at its block");
+      off = b->s.offset + b->s.span;
+      if (b->free) {
+        nfree++;
+        if (b->s.used) BAD("free block marked used");
+        if (prev && prev->free) BAD("two adjacent free blocks at %" PRIu64, b->s.offset);
+        if (b->bin != bin_of(b->s.span)) BAD("free block in the wrong bin");
+      } else if (!b->s.used) {
+        BAD("block neither free nor used");
+      } else {
+        u.number_allocs++;
+        u.bytes_in_use += b->s.size;
+        u.bytes_padding += b->s.padding;
+        if (b->s.size + b->s.padding > b->s.span) BAD("slice larger than its block");
+        if (!b->s.mapped) unmapped_used++;
+        if (!r->vm && b->s.mapped == r->lazy)
+          BAD("used block mapped state differs from its segment's");
+        if (r->vm) {
+          uint64_t g0 = b->s.offset >> a->gshift, g1 = (off - 1) >> a->gshift;
+          cnt[g0]++;
+          if (g1 != g0) cnt[g1]++;
+          for (uint64_t g = g0; g <= g1; g++) cover[g / 64] |= 1ull << (g % 64);
+          if (b->s.mapped && !bits_all(r->mapped, g0, g1)) BAD("used block not mapped");
+          if (b->s.mapped && r->virt && !bits_none(r->virt, g0, g1))
+            BAD("used block on virtual granules");
+        }
+      }
+    }
+    if (off != r->size) BAD("blocks cover %" PRIu64 " of %" PRIu64 " bytes", off, r->size);
+    if (r->vm) {
+      uint64_t mg = 0;
+      if (lim < r->ngran) {
+        if (!bits_none(r->mapped, lim, r->ngran - 1)) BAD("mapped granule above top");
+        if (!bits_none(r->fm, lim, r->ngran - 1)) BAD("fm bit above top");
+        if (r->virt && !bits_none(r->virt, lim, r->ngran - 1)) BAD("virtual granule above top");
+        for (uint64_t g = lim; g < r->ngran; g++)
+          if (r->cnt[g]) BAD("granule %" PRIu64 " above the last used block has count %u", g,
+                             r->cnt[g]);
+      }
+      for (uint64_t g = 0; g < lim; g++) {
+        bool m = bit(r->mapped, g), c = (cover[g / 64] >> (g % 64)) & 1;
+        mg += m;
+        if (r->virt && bit(r->virt, g)) {
+          virt++;
+          if (!m) BAD("virtual granule %" PRIu64 " not counted as mapped", g);
+        }
+        if (bit(r->fm, g) != (m && !c)) BAD("fm bit of granule %" PRIu64 " wrong", g);
+        fmapped += bit(r->fm, g);
+        if (cnt[g] != r->cnt[g]) BAD("granule %" PRIu64 " count %u, expected %u", g, r->cnt[g],
+                                     cnt[g]);
+        if (m && g >= r->top) BAD("mapped granule above top");
+      }
+      for (uint64_t g = 0; g < lim;) { /* objects tile the mapped granules, all real or all virtual */
+        if (!bit(r->mapped, g)) {
+          if (r->olen[g]) BAD("object recorded at unmapped granule %" PRIu64, g);
+          g++;
+          continue;
+        }
+        uint64_t n = r->olen[g];
+        if (n == 0 || g + n > r->ngran) {
+          BAD("mapped granule %" PRIu64 " starts no object", g);
+          g++;
+          continue;
+        }
+        if (n > a->omax) BAD("object at %" PRIu64 " larger than the object limit", g);
+        bool v = r->virt && bit(r->virt, g);
+        for (uint64_t x = g; x < g + n; x++) {
+          if (!bit(r->mapped, x) || r->ostart[x] != g || (x > g && r->olen[x]))
+            BAD("object at granule %" PRIu64 " broken at %" PRIu64, g, x);
+          if ((r->virt && bit(r->virt, x)) != v) BAD("object at %" PRIu64 " partly virtual", g);
+        }
+        g += n;
+      }
+      if (mg != r->mapped_gran) BAD("mapped granule count");
+      held += mg << a->gshift;
+    } else {
+      held += r->size;
+    }
+    free(cnt);
+    free(cover);
+  }
+  uint64_t inbins = 0;
+  for (uint32_t i = 0; i < NBINS; i++) {
+    bool has = a->heads[i] != NULL;
+    if (has != (((a->slmap[i / SLN] >> (i % SLN)) & 1) != 0)) BAD("bin bitmap mismatch");
+    for (ablk *b = a->heads[i]; b; b = b->fnext) {
+      inbins++;
+      if (!b->free || b->bin != i) BAD("bin list holds a wrong block");
+      if (b->fnext && b->fnext->fprev != b) BAD("broken bin links");
+    }
+  }
+  for (uint32_t g = 0; g < NFL; g++)
+    if (((a->flmap >> g) & 1) != (a->slmap[g] != 0)) BAD("first-level bitmap mismatch");
+  if (inbins != nfree) BAD("%" PRIu64 " free blocks, %" PRIu64 " in bins", nfree, inbins);
+  if (fmapped != a->free_mapped) BAD("free mapped %" PRIu64 ", counted %" PRIu64, a->free_mapped,
+                                     fmapped);
+  if ((a->vm ? virt : lazy_segs) != a->unbacked)
+    BAD("unbacked %" PRIu64 ", counted %" PRIu64 " virtual granules, %" PRIu64 " lazy segments",
+        a->unbacked, virt, lazy_segs);
+  if (held != a->held) BAD("held %" PRIu64 ", recomputed %" PRIu64, a->held, held);
+  if (held != p->usage.bytes_reserved) BAD("bytes_reserved %" PRIu64 ", recomputed %" PRIu64,
+                                           p->usage.bytes_reserved, held);
+  if (u.number_allocs != p->usage.number_allocs || u.bytes_in_use != p->usage.bytes_in_use ||
+      u.bytes_padding != p->usage.bytes_padding)
+    BAD("usage differs from the blocks (%" PRIu64 " allocs, %" PRIu64 " bytes)", u.number_allocs,
+        u.bytes_in_use);
+  if (unmapped_used != p->pages_unmapped) BAD("pages_unmapped mismatch");
+  if (regions != p->pages) BAD("pages %" PRIu64 ", regions %" PRIu64, p->pages, regions);
+  return bad;
+}
+
+size_t cm__arena_display(cm__pool *p, char *buf, size_t cap) {
+  arena *a = AR(p);
+  size_t len = 0;
+  if (p->pages == 0) return 0;
+  char b1[32], b2[32];
+  OUT(buf, cap, len, " - Arena Pool %s", a->vm ? "vm" : "segments");
+  if (p->opts.max_alloc_size) OUT(buf, cap, len, " max_alloc_size=%" PRIu64, p->opts.max_alloc_size);
+  if (p->opts.has_max_pool_size) OUT(buf, cap, len, " max_pool_size=%" PRIu64, p->opts.max_pool_size);
+  OUT(buf, cap, len, "\n");
+  for (uint32_t i = 0; i < a->nregs; i++) {
+    region *r = a->regs[i];
+    if (!r) continue;
+    uint64_t used = 0, nfree = 0, n = 0;
+    for (ablk *b = r->first; b; b = b->next) {
+      n++;
+      if (b->free) nfree++;
+      else used += b->s.span;
+    }
+    cm_format_bytes(r->vm ? r->mapped_gran << a->gshift : r->size, b1, sizeof b1);
+    cm_format_bytes(used, b2, sizeof b2);
+    OUT(buf, cap, len,
+        "   - Region StorageId(%" PRIu64 ") blocks=%" PRIu64 " (%" PRIu64
+        " free) => %s used - %s reserved\n",
+        r->id, n, nfree, b2, b1);
+  }
+  char tmp[512];
+  cm_usage_display(&p->usage, tmp, sizeof tmp);
+  OUT(buf, cap, len, "\n%s", tmp);
+  return len;
+}

@@ -1,0 +1,313 @@
+/*
+ * arena_map.c - the arena's physical memory (pool_arena.c's header comment,
+ * "Physical objects" and "Mapping"): objects, batched storage calls, trims,
+ * mapping a range (eager or virtual), and what a placement maps, with the
+ * out-of-memory fallback and the dry run's device limit.
+ */
+#include "core/arena.h"
+
+int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag) {
+  return cm__diag_set(diag, CM_ECAPACITY,
+                      "arena pool %u is at capacity: %" PRIu64 " bytes requested, %" PRIu64
+                      " of %" PRIu64 " bytes reserved, %" PRIu64 " in use (PoolCapacityExceeded)",
+                      (unsigned)a->base.position, size, a->held, a->base.opts.max_pool_size,
+                      a->base.usage.bytes_in_use);
+}
+
+/* ---- physical memory objects (VM regions) --------------------------------------------
+ * Every mapped granule belongs to one object: a run of granules mapped by one
+ * storage vm_map (one physical object, one mapping), recorded at its first
+ * granule (olen) and in every granule (ostart). The driver unmaps mappings
+ * only whole, so an object is unmapped only when all its granules are free.
+ * A map creates one object per run of unmapped granules, cut every omax
+ * granules. Under a dry run the same objects are recorded but stay virtual;
+ * backing one maps it whole, so an object is either all virtual or all real. */
+
+
+/* Storage-unmap a batch of objects. A failure is counted by the storage
+ * (stats.errors) and the granules are taken as unmapped here: memory the
+ * driver may still hold is never handed out again (mapping it anew would fail
+ * instead of aliasing), and the storage frees what it holds when destroyed. */
+void cm__arena_unmap_flush(arena *a, region *r, batch *b) {
+  if (!b->n) return;
+  (void)cm__storage_vm_unmap(a->st, r->id, b->s << a->gshift, b->n << a->gshift,
+                             b->piece << a->gshift, NULL);
+  b->n = 0;
+}
+
+/* Add object [s, s+n) to an unmap batch of r, flushing what cannot join. */
+void cm__arena_unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n) {
+  if (b->n && !((b->s + b->n == s || s + n == b->s) && b->piece == n)) cm__arena_unmap_flush(a, r, b);
+  if (!b->n) *b = (batch){s, 0, n};
+  if (s < b->s) b->s = s;
+  b->n += n;
+}
+
+/* Unmap object s of r (all its granules free and mapped) through batch b (the
+ * caller flushes it). A virtual object is only uncounted. */
+static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
+  uint64_t n = r->olen[s], hi = s + n - 1;
+  if (__builtin_expect(!(a->unbacked && r->virt && bit(r->virt, s)), 1)) {
+    cm__arena_unmap_add(a, r, b, s, n);
+  } else {
+    virt_sub(a, bits_clear(r->virt, s, hi));
+  }
+  uint32_t stamp = a->ops ? a->ops : 1;
+  for (uint64_t g = s; g <= hi; g++) r->trimmed[g] = stamp;
+  r->olen[s] = 0;
+  bits_clear(r->mapped, s, hi);
+  bits_clear(r->fm, s, hi);
+  r->mapped_gran -= n;
+  a->free_mapped -= n;
+  a->held -= n << a->gshift;
+  cm__pool_reserved_add(&a->base, -(int64_t)(n << a->gshift));
+}
+
+/* Unmap free objects, highest addresses first, until `want` granules went
+ * (UINT64_MAX: every free object). `strict`: an object larger than what is
+ * still wanted is kept (trims that only bound the cache before a map);
+ * otherwise the last object may go beyond `want` (cleanups: what stayed idle
+ * goes). Objects meeting granules [ex_lo, ex_hi] of region ex stay. Returns
+ * how many granules were unmapped. */
+uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const region *ex,
+                             uint64_t ex_lo, uint64_t ex_hi) {
+  uint64_t done = 0;
+  for (uint32_t ri = a->nregs; ri-- > 0 && done < want;) {
+    region *r = a->regs[ri];
+    if (!r || !r->vm || !r->mapped_gran) continue;
+    uint64_t g = r->top;
+    batch b = {0, 0, 0};
+    while (g > 0 && done < want) {
+      /* find the highest fm bit below g */
+      uint64_t w = (g - 1) / 64;
+      uint64_t bits = r->fm[w] & (((g - 1) % 64 == 63) ? ~0ull : ((1ull << ((g - 1) % 64 + 1)) - 1));
+      while (!bits && w > 0) bits = r->fm[--w];
+      if (!bits) break;
+      uint64_t hi = w * 64 + 63 - (uint64_t)__builtin_clzll(bits);
+      uint64_t os = r->ostart[hi], oe = os + r->olen[os] - 1;
+      g = os;
+      if (r == ex && os <= ex_hi && oe >= ex_lo) continue; /* meets the excluded range */
+      if (!bits_all(r->fm, os, oe)) continue;              /* partly in use */
+      if (strict && want != UINT64_MAX && oe - os + 1 > want - done) continue;
+      done += oe - os + 1;
+      unmap_object(a, r, os, &b);
+    }
+    cm__arena_unmap_flush(a, r, &b);
+    if (r->mapped_gran == 0) r->top = 0;
+  }
+  return done;
+}
+
+uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
+  return cm__arena_trim_objects(a, want, true, ex, ex_lo, ex_hi);
+}
+
+/* End of the object that a map starting at unmapped granule g creates inside
+ * [g, hi]: the run of unmapped granules, cut after omax of them. */
+static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
+  uint64_t e = g, lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
+  while (e < lim && !bit(r->mapped, e + 1)) e++;
+  return e;
+}
+
+/* Walk the storage work of mapping [lo, hi]: for each object to map, in
+ * address order, call fn(a, r, s, n, arg) (n granules from s); stop at the
+ * first non-zero return (returned) or after the object starting at or above
+ * `stop` (UINT64_MAX: none). Virtual objects meeting the range are mapped
+ * whole; unmapped runs become new objects. Bits are not read as changed in
+ * between, so two walks over the same state see the same objects. */
+typedef int (*object_fn)(arena *a, region *r, uint64_t s, uint64_t n, void *arg);
+
+static int walk_objects(arena *a, region *r, uint64_t lo, uint64_t hi, bool anyv, uint64_t stop,
+                        object_fn fn, void *arg) {
+  for (uint64_t g = lo; g <= hi && g < stop;) {
+    if (bit(r->mapped, g)) {
+      if (!(anyv && bit(r->virt, g))) { /* backed */
+        g++;
+        continue;
+      }
+      uint64_t s = r->ostart[g], n = r->olen[s]; /* a virtual object: backed whole */
+      int rc = fn(a, r, s, n, arg);
+      if (rc) return rc;
+      g = s + n;
+      continue;
+    }
+    uint64_t e = object_end(a, r, g, hi);
+    int rc = fn(a, r, g, e - g + 1, arg);
+    if (rc) return rc;
+    g = e + 1;
+  }
+  return 0;
+}
+
+typedef struct map_arg {
+  cm_diag_t *diag;
+  batch b;
+  uint64_t failed_at; /* start of the batch whose map failed */
+  int rc;
+} map_arg;
+
+static int map_flush(arena *a, region *r, map_arg *m) {
+  if (!m->b.n) return 0;
+  int rc = cm__storage_vm_map(a->st, r->id, m->b.s << a->gshift, m->b.n << a->gshift,
+                              m->b.piece << a->gshift, m->diag);
+  if (rc != CM_OK) {
+    m->failed_at = m->b.s;
+    m->rc = rc;
+    return 1;
+  }
+  m->b.n = 0;
+  return 0;
+}
+
+static int map_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
+  map_arg *m = arg;
+  if (m->b.n && (m->b.s + m->b.n != s || m->b.piece != n) && map_flush(a, r, m)) return 1;
+  if (!m->b.n) m->b = (batch){s, 0, n};
+  m->b.n += n;
+  return 0;
+}
+
+static int unmap_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
+  cm__arena_unmap_add(a, r, arg, s, n);
+  return 0;
+}
+
+/* Map every unmapped granule of [lo, hi] in r. `covered`: the range lies
+ * inside a used block (else the new granules are free until the caller
+ * places a block). `lazy` (dry run): the granules are counted exactly as
+ * mapped ones, in the same objects, but only marked virtual, with no storage
+ * call. Otherwise every object meeting the range that is not backed yet
+ * (virtual ones included, whole) is mapped in the storage; virtual granules
+ * were counted already, so backing them changes no accounting. On failure
+ * every object mapped here is unmapped again and nothing changes. */
+int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
+                     cm_diag_t *diag) {
+  uint64_t regret = 0;
+  bool anyv = virt_in(a, r, lo, hi);
+  if (!lazy) {
+    map_arg m = {diag, {0, 0, 0}, 0, CM_OK};
+    if (walk_objects(a, r, lo, hi, anyv, UINT64_MAX, map_one, &m) || map_flush(a, r, &m)) {
+      batch u = {0, 0, 0}; /* bits are unchanged: the same walk finds what was mapped */
+      (void)walk_objects(a, r, lo, hi, anyv, m.failed_at, unmap_one, &u);
+      cm__arena_unmap_flush(a, r, &u);
+      return m.rc;
+    }
+    if (anyv) /* backed virtual objects: no longer virtual, whole */
+      for (uint64_t g = lo; g <= hi;) {
+        if (!bit(r->mapped, g) || !bit(r->virt, g)) {
+          g++;
+          continue;
+        }
+        uint64_t s = r->ostart[g], n = r->olen[s];
+        virt_sub(a, bits_clear(r->virt, s, s + n - 1));
+        g = s + n;
+      }
+  } else if (!r->virt && !(r->virt = calloc(r->nwords, sizeof(uint64_t)))) {
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  }
+  uint64_t n = 0;
+  for (uint64_t g = lo; g <= hi;) {
+    if (bit(r->mapped, g)) {
+      g++;
+      continue;
+    }
+    uint64_t e = object_end(a, r, g, hi); /* the object the storage walk made */
+    r->olen[g] = (uint32_t)(e - g + 1);
+    for (uint64_t x = g; x <= e; x++) {
+      r->ostart[x] = (uint32_t)g;
+      bit_set(r->mapped, x);
+      if (lazy) bit_set(r->virt, x);
+      n++;
+      if (r->trimmed[x] && (uint32_t)(a->ops - r->trimmed[x]) <= REGRET_WINDOW) regret++;
+      if (!covered && r->cnt[x] == 0) {
+        bit_set(r->fm, x);
+        a->free_mapped++;
+      }
+    }
+    g = e + 1;
+  }
+  if (n == 0) return CM_OK; /* only virtual granules were backed */
+  if (lazy) {
+    a->unbacked += n;
+    a->st->dry_bytes += n << a->gshift;
+  }
+  r->mapped_gran += n;
+  /* feedback: re-mapping what was just trimmed raises the budget, a map
+   * without regret lets it decay */
+  if (regret) {
+    a->regret += (regret + 1) >> REGRET_GAIN;
+    uint64_t cap = (a->held >> a->gshift) >> REGRET_CAP;
+    if (a->regret > cap) a->regret = cap;
+  } else {
+    a->regret -= a->regret >> REGRET_DECAY;
+  }
+  if (hi + 1 > r->top) r->top = hi + 1;
+  a->held += n << a->gshift;
+  cm__pool_reserved_add(&a->base, (int64_t)(n << a->gshift));
+  return CM_OK;
+}
+
+
+
+
+/* Dry run: would virtually mapping (or counting) `add` more bytes exceed the
+ * device's free memory, as the storage reports it (unknown: never)? Memory a
+ * dry run counted but did not map is not in the storage's figure. */
+bool cm__arena_dry_short(const arena *a, uint64_t add) {
+  uint64_t free_b = 0, total = 0;
+  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
+  uint64_t pending = a->st->dry_bytes; /* of every pool on this storage */
+  return add > free_b || pending > free_b - add;
+}
+
+
+/* Map what placing span s at the low end of free block b needs; `lazy`: count
+ * the granules as mapped without mapping them (dry run), with the very same
+ * trimming and batching decisions, so a dry run places as an eager run does. */
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
+  region *r = b->rg;
+  uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + s - 1) >> a->gshift;
+  if (bits_all(r->mapped, g0, g1)) {
+    if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
+    return CM_OK;
+  }
+  /* growth batching: extend over unmapped granules wholly inside this free block */
+  uint64_t ext_max = (a->held >> a->gshift) >> EXT_SHIFT;
+  uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
+  uint64_t hi = g1;
+  while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  /* free mapped granules that stay free after the placement, beyond the budget, go first */
+  uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
+  uint64_t budget = keep_budget(a);
+  if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
+  uint64_t need = unmapped_in(r, g0, g1);
+  if (over_cap(a, (need + hi - g1) << a->gshift)) {
+    hi = g1;
+    if (over_cap(a, need << a->gshift)) cm__arena_trim(a, UINT64_MAX, r, g0, g1);
+    if (over_cap(a, need << a->gshift)) return cm__arena_cap_error(a, s, diag);
+  }
+  if (lazy && cm__arena_dry_short(a, (need + hi - g1) << a->gshift)) {
+    /* a dry run meets the device's limit where an eager run would: the same
+     * fallback as below, then the same error */
+    hi = g1;
+    if (cm__arena_dry_short(a, need << a->gshift)) cm__arena_trim(a, UINT64_MAX, r, g0, g1);
+    if (cm__arena_dry_short(a, need << a->gshift))
+      return cm__diag_set(diag, CM_EOOM,
+                          "the device would be out of memory: %" PRIu64 " bytes to map for a "
+                          "dry-run reservation of %" PRIu64 " bytes",
+                          need << a->gshift, s);
+  }
+  int rc = cm__arena_map_range(a, r, g0, hi, false, lazy, diag);
+  if (rc == CM_EOOM && !lazy) {
+    /* The device is short. Growth ahead of the request and cached memory are
+     * what can give: give back every other free mapped chunk, then map only
+     * what the request needs. */
+    uint64_t freed = cm__arena_trim(a, UINT64_MAX, r, g0, g1);
+    if (freed || hi > g1) {
+      if (diag) cm_diag_clear(diag);
+      rc = cm__arena_map_range(a, r, g0, g1, false, false, diag);
+    }
+  }
+  return rc;
+}
