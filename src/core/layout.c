@@ -196,9 +196,6 @@ static int parse_size(const char *s, size_t len, uint64_t *out) {
   return 0;
 }
 
-int cm__parse_size(const char *s, uint64_t *out);
-int cm__parse_size(const char *s, uint64_t *out) { return parse_size(s, strlen(s), out); }
-
 static bool key_is(const char *k, size_t kl, const char *name) {
   return strlen(name) == kl && !strncmp(k, name, kl);
 }

@@ -72,10 +72,6 @@ bool cm_storage_has_vm(const cm_storage_t *s) {
          s->ops->vm_unmap && s->ops->vm_release && s->ops->vm_granularity(s->ctx) > 0;
 }
 
-uint64_t cm__storage_alignment(const cm_storage_t *s) {
-  return s->ops->alignment ? s->ops->alignment(s->ctx) : 1;
-}
-
 static void held_add(cm_storage_t *s, uint64_t n) {
   uint64_t now = atomic_fetch_add_explicit(&s->bytes_held, n, memory_order_relaxed) + n;
   uint64_t peak = atomic_load_explicit(&s->bytes_held_peak, memory_order_relaxed);

@@ -22,7 +22,6 @@ struct cm_storage {
   _Atomic uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
 };
 
-uint64_t cm__storage_alignment(const cm_storage_t *s);
 /* The host pointer of (id, off) when `s` is the built-in host storage and the
  * range is live, else NULL (used to poison cached slices under ASan). */
 void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
