@@ -45,6 +45,8 @@ typedef struct stream_slot {
   cm__u64map ptrs;         /* address -> cm_desc_t* of the owning handle */
   uint64_t reserved;       /* last observed bytes_reserved of m */
   uint64_t seen_deallocs;  /* storage dealloc count at the last flush */
+  uint64_t ident;          /* the stream's identity when the slot was made (0 = none) */
+  bool retired;            /* its stream was destroyed: no more allocations */
 } stream_slot;
 
 struct cm_ptr_allocator {
@@ -136,10 +138,10 @@ void cm_ptr_allocator_destroy(cm_ptr_allocator_t *a) {
   free(a);
 }
 
-/* Caller holds the lock. */
+/* The live (not retired) slot of `stream`. Caller holds the lock. */
 static stream_slot *find_slot(cm_ptr_allocator_t *a, void *stream) {
   for (size_t i = 0; i < a->nslots; i++)
-    if (a->slots[i].stream == stream) return &a->slots[i];
+    if (a->slots[i].stream == stream && !a->slots[i].retired) return &a->slots[i];
   return NULL;
 }
 
@@ -206,16 +208,65 @@ static void cleanup_slot(cm_ptr_allocator_t *a, stream_slot *s) {
   (void)cm_storage_flush(cm_manager_storage(s->m)); /* also frees anything queued earlier */
 }
 
+/* ---- stream lifetime: retired slots (see cm_ptr_config_t.stream_identity) */
+
+/* Destroy a retired slot that holds no pointer any more. Caller holds the lock. */
+static void drop_slot_if_empty(cm_ptr_allocator_t *a, stream_slot *s) {
+  if (!s->retired || s->ptrs.count) return;
+  a->reserved_now -= s->reserved;
+  cm__u64map_free(&s->ptrs);
+  cm_manager_destroy(s->m); /* the retired storage waits for the context first */
+  *s = a->slots[--a->nslots];
+}
+
+static void retire_slot(cm_ptr_allocator_t *a, stream_slot *s) {
+  s->retired = true;
+  if (a->cfg.stream_retire) a->cfg.stream_retire(a->cfg.factory_arg, cm_manager_storage(s->m));
+  cleanup_slot(a, s); /* cached memory goes back (after the device is idle) */
+  drop_slot_if_empty(a, s);
+}
+
+static bool builtin_stream(void *stream) { return (uintptr_t)stream <= 2; }
+
+/* Retire the slot of `stream` if the handle now names another stream.
+ * Caller holds the lock. */
+static int check_identity(cm_ptr_allocator_t *a, void *stream, uint64_t *ident, cm_diag_t *diag) {
+  *ident = 0;
+  if (!a->cfg.stream_identity || builtin_stream(stream)) return CM_OK;
+  int rc = a->cfg.stream_identity(a->cfg.factory_arg, stream, ident, diag);
+  if (rc == CM_ENOTSUP) {
+    *ident = 0;
+    cm_diag_clear(diag);
+    return CM_OK;
+  }
+  if (rc != CM_OK) return rc;
+  stream_slot *s = find_slot(a, stream);
+  if (s && s->ident != *ident) retire_slot(a, s);
+  return CM_OK;
+}
+
+void cm_ptr_retire_stream(cm_ptr_allocator_t *a, void *stream) {
+  if (!a) return;
+  pthread_mutex_lock(&a->lock);
+  stream_slot *s = find_slot(a, stream);
+  if (s) retire_slot(a, s);
+  pthread_mutex_unlock(&a->lock);
+}
+
 static bool retryable(int rc) {
   return rc != CM_ETOOBIG && rc != CM_EINVAL && rc != CM_EOVERFLOW && rc != CM_ENOMEM;
 }
 
 static int alloc_locked(cm_ptr_allocator_t *a, uint64_t size, void *stream, void **out,
                         cm_diag_t *diag) {
+  uint64_t ident = 0;
+  int irc = check_identity(a, stream, &ident, diag);
+  if (irc != CM_OK) return irc;
   stream_slot *s = find_slot(a, stream);
   if (!s) {
     int rc = create_slot(a, stream, &s, diag);
     if (rc != CM_OK) return rc;
+    s->ident = ident;
   }
   cm_handle_t h = {0};
   int rc = cm_manager_reserve(s->m, size, &h, diag);
@@ -292,6 +343,10 @@ int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream) {
   cm_handle_release((cm_handle_t){.d = d});
   a->live--;
   a->frees++;
+  if (s->retired) { /* memory of a destroyed stream never returns to a cache */
+    cleanup_slot(a, s);
+    drop_slot_if_empty(a, s);
+  }
   pthread_mutex_unlock(&a->lock);
   return CM_OK;
 }
