@@ -162,6 +162,9 @@ static cm_ptr_allocator_t *allocator_locked(int device, cm_diag_t *d) {
   cfg.factory_arg = &s->factory;
   cfg.stream_identity = cm_cuda_stream_identity_fn; /* streams CuPy destroys */
   cfg.stream_retire = cm_cuda_storage_retire_fn;
+  cfg.event_record = cm_cuda_event_record_fn; /* record_stream */
+  cfg.event_query = cm_cuda_event_query_fn;
+  cfg.event_destroy = cm_cuda_event_destroy_fn;
   const char *layout = getenv("CUBEMEM_POOLS");
   cm_diag_t pd = {0};
   if (layout && *layout) {
@@ -361,6 +364,22 @@ void cubemem_torch_empty_cache(void) {
   pthread_mutex_lock(&g_log_lock);
   if (g_log) fflush(g_log);
   pthread_mutex_unlock(&g_log_lock);
+}
+
+int cubemem_torch_record_stream(void *ptr, void *stream) {
+  if (!ptr) return CM_EINVAL;
+  int rc = CM_ENOTFOUND;
+  for (int i = 0; i < CMT_MAX_DEVICES && rc == CM_ENOTFOUND; i++) {
+    cm_ptr_allocator_t *a = existing(i);
+    if (a) rc = cm_ptr_record_stream(a, ptr, stream);
+  }
+  if (rc != CM_OK) {
+    pthread_mutex_lock(&g_lock);
+    set_error("record_stream(%p, stream %p): %s", ptr, stream,
+              rc == CM_ENOTFOUND ? "not a live pointer of cubemem" : cm_strerror(rc));
+    pthread_mutex_unlock(&g_lock);
+  }
+  return rc;
 }
 
 void cubemem_torch_retire_stream(int device, void *stream) {

@@ -18,8 +18,11 @@
  * Reporting and hooks: cubemem_torch_stats (one device's figures; returns 1,
  *   0 when cubemem has not used the device, -1 on bad arguments),
  *   cubemem_torch_reserved / _peak_reserved / _in_use (bytes),
- *   cubemem_torch_report (text, snprintf semantics), cubemem_torch_empty_cache
- *   (every cached page back to the driver), cubemem_torch_retire_stream (call
+ *   cubemem_torch_report (text, snprintf semantics), cubemem_torch_record_stream (the
+ *   signature of CUDAPluggableAllocator's record_stream hook: ptr is also used
+ *   on stream; its memory is reused only after that stream's work done;
+ *   returns a cubemem status), cubemem_torch_empty_cache (every cached page
+ *   back to the driver), cubemem_torch_retire_stream (call
  *   before destroying a stream when the driver has no cuStreamGetId),
  *   cubemem_torch_enable_peer_access (cuda:peer may use cuda:device's memory;
  *   returns a cubemem status, 0 = CM_OK), cubemem_torch_last_error (the
@@ -55,6 +58,7 @@ CMT_EXPORT unsigned long long cubemem_torch_reserved(int device);
 CMT_EXPORT unsigned long long cubemem_torch_peak_reserved(int device);
 CMT_EXPORT unsigned long long cubemem_torch_in_use(int device);
 CMT_EXPORT void cubemem_torch_empty_cache(void);
+CMT_EXPORT int cubemem_torch_record_stream(void *ptr, void *stream);
 CMT_EXPORT void cubemem_torch_retire_stream(int device, void *stream);
 CMT_EXPORT int cubemem_torch_enable_peer_access(int device, int peer);
 CMT_EXPORT const char *cubemem_torch_last_error(void);

@@ -178,6 +178,16 @@ CM_API CM_NODISCARD int cm_cuda_stream_identity_fn(void *arg, void *stream, uint
                                                    cm_diag_t *diag);
 CM_API void cm_cuda_storage_retire_fn(void *arg, cm_storage_t *storage);
 
+/* Event hooks of cm_ptr_config_t (cross-stream use, cm_ptr_record_stream);
+ * `arg` is the cm_cuda_factory_t given as factory_arg. record: an event
+ * (timing disabled) recorded on `stream` (CM_ESTREAM when the driver refuses
+ * the stream); query: 1 complete, 0 pending, negative on error; destroy:
+ * NULL ok. Thread-safe. */
+CM_API CM_NODISCARD int cm_cuda_event_record_fn(void *arg, void *stream, void **out,
+                                                cm_diag_t *diag);
+CM_API int cm_cuda_event_query_fn(void *arg, void *event);
+CM_API void cm_cuda_event_destroy_fn(void *arg, void *event);
+
 /* Storage factory for the pointer layer (cubemem/ptr.h): `arg` is a
  * cm_cuda_factory_t that must outlive the pointer allocator; each call makes
  * a device storage of arg->kind on `stream`. */

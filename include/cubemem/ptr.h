@@ -67,6 +67,13 @@ typedef struct cm_ptr_config {
    * cm_cuda_storage_retire_fn (cubemem/cuda.h) implement them for CUDA. */
   int (*stream_identity)(void *arg, void *stream, uint64_t *out, cm_diag_t *diag);
   void (*stream_retire)(void *arg, cm_storage_t *storage);
+  /* Cross-stream use (cm_ptr_record_stream; optional, all three or none,
+   * with factory_arg): record an event on `stream` after the work queued so
+   * far; query it (1 complete, 0 pending, negative on error); destroy it.
+   * cm_cuda_event_record_fn & co. (cubemem/cuda.h) implement them. */
+  int (*event_record)(void *arg, void *stream, void **out, cm_diag_t *diag);
+  int (*event_query)(void *arg, void *event);
+  void (*event_destroy)(void *arg, void *event);
 } cm_ptr_config_t;
 
 /* Defaults: no factory, name NULL, props {128 MiB, 512}, preset default, no
@@ -97,6 +104,14 @@ CM_API CM_NODISCARD int cm_ptr_alloc(cm_ptr_allocator_t *a, uint64_t size, void 
  * Errors: CM_ENOTFOUND (unknown pointer or double free; nothing changes),
  * CM_EINVAL (NULL allocator). Thread-safe. */
 CM_API int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream);
+/* Note that `ptr` (live) is also used by work on `stream`, as PyTorch's
+ * Tensor.record_stream does: when ptr is freed, an event is recorded on
+ * every such stream and the memory is reused only once all of them have
+ * completed (checked at later allocations and by cm_ptr_empty_cache).
+ * Recording the allocation's own stream, or a stream twice, is a no-op.
+ * Errors: CM_EINVAL, CM_ENOTFOUND (not a live pointer), CM_ENOTSUP (no event
+ * hooks configured), CM_ENOMEM. Thread-safe. */
+CM_API CM_NODISCARD int cm_ptr_record_stream(cm_ptr_allocator_t *a, void *ptr, void *stream);
 /* Retire `stream`'s manager now (call it before destroying a stream when
  * the stream_identity hook cannot be used): as described under
  * cm_ptr_config_t.stream_identity. Unknown stream: no-op. Thread-safe. */
@@ -115,6 +130,7 @@ typedef struct cm_ptr_usage {
   uint64_t retries;             /* allocations retried after a cleanup */
   uint64_t storage_allocs;      /* storage allocations + VM mappings, summed */
   uint64_t storage_time_ns;     /* time inside the storages, summed */
+  uint64_t pending_frees;       /* freed pointers waiting for other streams' events */
 } cm_ptr_usage_t;
 
 /* Snapshot of the usage. Errors: CM_EINVAL. Thread-safe. */

@@ -1331,3 +1331,48 @@ void cm_cuda_storage_retire_fn(void *arg, cm_storage_t *storage) {
   (void)arg;
   cm_cuda_storage_retire(storage);
 }
+
+/* ---- events on any stream (cm_ptr_config_t event hooks) ----------------------- */
+
+int cm_cuda_event_record_fn(void *arg, void *stream, void **out, cm_diag_t *diag) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_event_record_fn: NULL");
+  cm_cuda_device_t *dev = f->device;
+  const cu_api *a = &dev->api;
+  int rc = ctx_push(dev, diag);
+  if (rc != CM_OK) return rc;
+  CUevent ev = NULL;
+  CUresult r = a->EventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    ctx_pop(dev);
+    return driver_error(a, diag, CM_ESTORAGE, r, "cuEventCreate");
+  }
+  r = a->EventRecord(ev, (CUstream)stream);
+  if (r != CUDA_SUCCESS) {
+    (void)a->EventDestroy(ev);
+    ctx_pop(dev);
+    return driver_error(a, diag, CM_ESTREAM, r, "cuEventRecord");
+  }
+  ctx_pop(dev);
+  *out = ev;
+  return CM_OK;
+}
+
+int cm_cuda_event_query_fn(void *arg, void *event) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !event) return CM_EINVAL;
+  if (ctx_push(f->device, NULL) != CM_OK) return CM_ESTORAGE;
+  CUresult r = f->device->api.EventQuery((CUevent)event);
+  ctx_pop(f->device);
+  if (r == CUDA_SUCCESS) return 1;
+  if (r == CUDA_ERROR_NOT_READY) return 0;
+  return CM_ESTORAGE;
+}
+
+void cm_cuda_event_destroy_fn(void *arg, void *event) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !event) return;
+  if (ctx_push(f->device, NULL) != CM_OK) return;
+  (void)f->device->api.EventDestroy((CUevent)event); /* nothing to do about a refusal */
+  ctx_pop(f->device);
+}

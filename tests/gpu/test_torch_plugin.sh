@@ -23,8 +23,8 @@ SYMS=$(nm -D --defined-only "$SO" | awk 'NF >= 3 && ($2 == "T" || $2 == "W" || $
 echo "$SYMS"
 EXPECTED=$(printf '%s\n' cubemem_torch_empty_cache cubemem_torch_enable_peer_access \
   cubemem_torch_free cubemem_torch_in_use cubemem_torch_last_error cubemem_torch_malloc \
-  cubemem_torch_peak_reserved cubemem_torch_report cubemem_torch_reserved \
-  cubemem_torch_retire_stream cubemem_torch_stats cubemem_torch_try_free \
+  cubemem_torch_peak_reserved cubemem_torch_record_stream cubemem_torch_report \
+  cubemem_torch_reserved cubemem_torch_retire_stream cubemem_torch_stats cubemem_torch_try_free \
   cubemem_torch_try_malloc | sort)
 if [[ "$SYMS" != "$EXPECTED" ]]; then
   echo "FAIL: exported symbols differ from the expected set"

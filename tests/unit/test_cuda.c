@@ -160,6 +160,7 @@ static struct fk {
   CUresult (*event_create)(void **, unsigned);
   CUresult (*event_destroy)(void *);
   CUresult (*free_async)(CUdeviceptr, void *);
+  CUresult (*stream_sync)(void *);
   bool hide_async, hide_vm, hide_alloc;
 } FK;
 
@@ -192,6 +193,7 @@ static void fk_load(void) {
   FKSYM(event_create, "cuEventCreate");
   FKSYM(event_destroy, "cuEventDestroy_v2");
   FKSYM(free_async, "cuMemFreeAsync");
+  FKSYM(stream_sync, "cuStreamSynchronize");
 #undef FKSYM
 }
 
@@ -837,6 +839,64 @@ static void test_fake_stream_reuse(void) {
   EXPECT_CLEAN();
 }
 
+static void test_fake_record_stream(void) {
+  /* p is allocated on s1, used by work on s2 (record_stream), freed on s1:
+   * its memory must not serve s1 again before s2's work completes. */
+  fakecuda_config_t *cfg = fake_reset();
+  cfg->capacity = 1ull << 30;
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  cm_cuda_factory_t fac = {dev, CM_CUDA_SYNC};
+  cm_ptr_config_t pc;
+  cm_ptr_config_init(&pc);
+  pc.factory = cm_cuda_storage_factory;
+  pc.factory_arg = &fac;
+  pc.props = cm_cuda_device_props(dev);
+  cm_ptr_allocator_t *pa = NULL;
+  cm_diag_t d = {0};
+  ASSERT_OK(cm_ptr_allocator_create(&pc, &pa, &d));
+  void *s1 = fk_stream_create(), *s2 = fk_stream_create();
+  void *p = NULL, *q = NULL;
+  ASSERT_OK(cm_ptr_alloc(pa, 1 << 20, s1, &p, &d));
+  EXPECT_STATUS(cm_ptr_record_stream(pa, p, s2), CM_ENOTSUP); /* no event hooks */
+  cm_ptr_allocator_destroy(pa);
+
+  pc.event_record = cm_cuda_event_record_fn;
+  pc.event_query = cm_cuda_event_query_fn;
+  pc.event_destroy = cm_cuda_event_destroy_fn;
+  ASSERT_OK(cm_ptr_allocator_create(&pc, &pa, &d));
+  ASSERT_OK(cm_ptr_alloc(pa, 1 << 20, s1, &p, &d));
+  EXPECT_STATUS(cm_ptr_record_stream(pa, (char *)p + 1, s2), CM_ENOTFOUND);
+  EXPECT_OK(cm_ptr_record_stream(pa, p, s1)); /* its own stream: no-op */
+  EXPECT_OK(cm_ptr_record_stream(pa, p, s2));
+  EXPECT_OK(cm_ptr_record_stream(pa, p, s2)); /* twice: once */
+  EXPECT_OK(fk_launch(0, s2, p, 1 << 20));    /* s2 still reads p ... */
+  EXPECT_OK(cm_ptr_free(pa, p, s1));          /* ... when it is freed */
+  cm_ptr_usage_t u;
+  ASSERT_OK(cm_ptr_usage(pa, &u));
+  EXPECT_EQ(u.pending_frees, 1);
+  EXPECT_EQ(u.live_pointers, 0);
+  ASSERT_OK(cm_ptr_alloc(pa, 1 << 20, s1, &q, &d));
+  EXPECT(q != p); /* s2's event is pending: p's memory is not reused */
+  EXPECT_OK(cm_ptr_free(pa, q, s1));
+  EXPECT_OK(FK.stream_sync(s2)); /* s2's work completes */
+  ASSERT_OK(cm_ptr_alloc(pa, 1 << 20, s1, &q, &d));
+  ASSERT_OK(cm_ptr_usage(pa, &u));
+  EXPECT_EQ(u.pending_frees, 0); /* released at this allocation */
+  EXPECT_OK(cm_ptr_free(pa, q, s1));
+  /* a pointer recorded and still pending when the allocator goes */
+  ASSERT_OK(cm_ptr_alloc(pa, 4096, s1, &p, &d));
+  EXPECT_OK(cm_ptr_record_stream(pa, p, s2));
+  EXPECT_OK(fk_launch(0, s2, p, 4096));
+  EXPECT_OK(cm_ptr_free(pa, p, s1));
+  EXPECT_OK(FK.stream_sync(s2));
+  cm_ptr_allocator_destroy(pa);
+  cm_cuda_device_close(dev);
+  EXPECT_OK(FK.stream_destroy(s1));
+  EXPECT_OK(FK.stream_destroy(s2));
+  EXPECT_CLEAN();
+}
+
 static void test_fake_peer_access(void) {
   /* Two devices; memory of device 1, used from device 0 after a peer grant. */
   fakecuda_config_t *cfg = fake_reset();
@@ -1144,6 +1204,7 @@ int main(void) {
   CM_RUN(test_fake_pinned);
   CM_RUN(test_fake_manager_and_ptr);
   CM_RUN(test_fake_stream_reuse);
+  CM_RUN(test_fake_record_stream);
   CM_RUN(test_fake_peer_access);
   CM_RUN(test_gpu_sync_and_async);
   CM_RUN(test_gpu_oom_is_not_toobig);
