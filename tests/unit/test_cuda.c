@@ -971,6 +971,11 @@ static cm_cuda_device_t *real_open(void) {
   cm_cuda_device_t *dev = NULL;
   static char why[600];
   cm_diag_t d = {0};
+  const char *lib = getenv("CM_CUDA_LIBRARY");
+  void *probe = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  bool fake = probe && dlsym(probe, "fakecuda_report") != NULL;
+  if (probe) dlclose(probe);
+  if (fake) CM_SKIP("CM_CUDA_LIBRARY is the fake driver; these tests need real memory");
   if (cm_cuda_device_open(0, &dev, &d) != CM_OK) {
     snprintf(why, sizeof why, "no CUDA device: %s", d.message);
     CM_SKIP(why);
