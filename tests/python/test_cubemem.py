@@ -109,6 +109,18 @@ if os.environ.get("CUBEMEM_TORCH_LIBRARY"):
     plan = cubemem.plan(log)["layout"]
     rerun = cubemem.replay(log, pools=[plan])[0]
     check(rerun["failed_allocs"] == 0, "the recorded run replays under its plan")
+    # a second GPU: its own allocator, and peer access to its mappings
+    q1 = _native.try_malloc(1 << 20, device=1)
+    s1 = cubemem.stats(1)
+    check(s1["live"] == 1 and cubemem.stats(0)["live"] == 0, f"device 1 is separate: {s1}")
+    cubemem.enable_peer_access(1, 0)
+    try:
+        cubemem.enable_peer_access(1, 1)
+        check(False, "a device cannot be its own peer")
+    except cubemem.CubememError as e:
+        check("cannot be a peer" in str(e), str(e))
+    _native.free(q1, device=1)
+    check("cuda:1 (Fake CUDA GPU 1)" in cubemem.report(), "report names device 1")
     import ctypes
     fake = ctypes.CDLL(os.environ["CM_CUDA_LIBRARY"])
     fake.fakecuda_violations.restype = ctypes.c_uint64

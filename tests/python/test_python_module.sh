@@ -21,7 +21,7 @@ if [[ -f $SO ]] && nm -D --undefined-only "$SO" | grep -Eq '__(asan|tsan|ubsan|m
   SO="" # a sanitizer runtime cannot be loaded into an uninstrumented python
 fi
 export CUBEMEM_CLI="$BUILD/cubemem" CUBEMEM_TORCH_LIBRARY="$SO" CM_CUDA_LIBRARY="$BUILD/libfakecuda.so"
-export FAKECUDA_CAPACITY=2G PYTHONDONTWRITEBYTECODE=1
+export FAKECUDA_CAPACITY=2G FAKECUDA_DEVICES=2 PYTHONDONTWRITEBYTECODE=1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cm-python.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 echo "--- from the source tree"
