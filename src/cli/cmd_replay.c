@@ -99,8 +99,10 @@ static void usage(FILE *out) {
 /* Create the storage for `device` (the --device value). `*capacity` is the
  * device memory used for the presets and the simulated capacity; a real
  * backend may replace it with the device's total memory. This is the single
- * place to add a backend (e.g. "cuda" through cubemem/cuda.h). */
-static cm_cuda_device_t *g_cuda_device; /* opened by the first cuda storage */
+ * place to add a backend (e.g. "cuda" through cubemem/cuda.h). A CUDA device
+ * is opened once, so one primary context serves the whole run, and closed at
+ * exit. */
+static cm_cuda_device_t *g_cuda_device;
 static void close_cuda_device(void) { cm_cuda_device_close(g_cuda_device); }
 
 static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocator_t cuda_default,
@@ -118,18 +120,14 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
                  "unknown CUDA allocator '%s' (use cuda, cuda:sync or cuda:async)", device + 5);
       return CM_EINVAL;
     }
-    /* One device, and so one primary context, for the whole run: every
-     * layout's storage is made from it (closed at exit). */
-    static cm_cuda_device_t *dev;
-    if (!dev) {
-      int rc = cm_cuda_device_open_default(&dev, diag);
+    if (!g_cuda_device) {
+      int rc = cm_cuda_device_open_default(&g_cuda_device, diag);
       if (rc != CM_OK) return rc;
       atexit(close_cuda_device);
-      g_cuda_device = dev;
     }
-    int rc = cm_cuda_storage_create(dev, NULL, kind, out, diag);
+    int rc = cm_cuda_storage_create(g_cuda_device, NULL, kind, out, diag);
     if (rc == CM_OK) {
-      *capacity = cm_cuda_device_total_memory(dev);
+      *capacity = cm_cuda_device_total_memory(g_cuda_device);
       cm_storage_set_timing(*out, true); /* report the time spent in driver calls */
     }
     return rc;
