@@ -21,10 +21,20 @@
  * stream's slot, else in every slot; remove it and release the handle (the
  * manager picks the freed slice up on its next call).
  *
+ * Stream lifetime: with the stream_identity hook, a slot remembers the
+ * identity its stream had when the slot was made; an allocation that finds a
+ * different identity behind the same handle retires the slot (no more
+ * allocations, cache returned, destroyed with its last pointer) and makes a
+ * new one. Cross-stream use: cm_ptr_record_stream notes extra streams per
+ * pointer (`uses`); freeing such a pointer moves its handle to the deferred
+ * list with one event per stream, released once all have completed.
+ *
  * Invariants (under the allocator mutex): each live pointer is in exactly one
  * slot's map and that map owns exactly one handle reference for it;
  * live_pointers == sum of the maps' counts; reserved_now == sum of the slots'
- * last observed bytes_reserved.
+ * last observed bytes_reserved; a slot's `deferred` counts the deferred
+ * entries of its manager, and a retired slot lives while it has pointers or
+ * deferred entries; at most one live (not retired) slot per stream handle.
  *
  * Exports: cm_ptr_* (cubemem/ptr.h).
  */
