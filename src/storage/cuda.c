@@ -24,7 +24,10 @@
  *   cuDeviceGetCount, cuDeviceGetName, cuDevicePrimaryCtxRetain,
  *   cuMemFreeHost, cuEventCreate, cuEventRecord, cuEventQuery,
  *   cuEventSynchronize, cuStreamSynchronize, cuGetErrorName,
- *   cuGetErrorString; stream-ordered (CUDA >= 11.2, optional here):
+ *   cuGetErrorString, cuDeviceGetAttribute (VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+ *   102, MEMORY_POOLS_SUPPORTED 115), cuCtxSynchronize; optional:
+ *   cuDeviceCanAccessPeer, cuStreamGetId (CUDA >= 12.0); stream-ordered
+ *   (CUDA >= 11.2, optional here):
  *   cuMemAllocAsync, cuMemFreeAsync; virtual memory (CUDA >= 10.2, optional):
  *   cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease,
  *   cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity.
@@ -77,6 +80,7 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_READY 600
 #define CU_EVENT_DISABLE_TIMING 2u
@@ -295,19 +299,20 @@ static int device_init(cm_cuda_device_t *d, int ordinal, const char *origin, cm_
   if (r != CUDA_SUCCESS) snprintf(d->name, sizeof d->name, "CUDA device %d", ordinal);
   d->name[sizeof d->name - 1] = '\0';
   /* Feature probing: a device without virtual memory management or memory
-   * pools gets plain allocations (cuMemAlloc) instead. A driver that cannot
-   * answer is an error: it would be guessing. */
+   * pools gets plain allocations (cuMemAlloc) instead. A driver older than
+   * the attribute answers CUDA_ERROR_INVALID_VALUE: the feature is absent.
+   * Any other failure is an error (it would be guessing). */
   int v = 0;
   r = a->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev);
-  if (r != CUDA_SUCCESS)
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
     return driver_error(a, diag, CM_ENODEV, r,
                         "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
-  d->vmm = v != 0;
+  d->vmm = r == CUDA_SUCCESS && v != 0;
   v = 0;
   r = a->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d->dev);
-  if (r != CUDA_SUCCESS)
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
     return driver_error(a, diag, CM_ENODEV, r, "cuDeviceGetAttribute(MEMORY_POOLS_SUPPORTED)");
-  d->mempool = v != 0;
+  d->mempool = r == CUDA_SUCCESS && v != 0;
   r = a->PrimaryCtxRetain(&d->ctx, d->dev);
   if (r != CUDA_SUCCESS) return driver_error(a, diag, CM_ENODEV, r, "cuDevicePrimaryCtxRetain");
   if (pthread_mutex_init(&d->lock, NULL) != 0) {

@@ -561,6 +561,8 @@ API(CUresult, cuDeviceGetAttribute, (int *pi, int attrib, CUdevice d)) {
   if (dev_ord(d) < 0) RET(violation(R_INVALID_DEVICE, "cuDeviceGetAttribute: CUdevice %d is not a device", d));
   if (!pi || attrib <= 0 || attrib >= 200)
     RET(violation(R_INVALID_VALUE, "cuDeviceGetAttribute: attribute %d", attrib));
+  if (G.cfg.attribute_limit && attrib >= G.cfg.attribute_limit)
+    RET(R_INVALID_VALUE); /* an older driver: the attribute does not exist yet */
   switch (attrib) {
     case 102: *pi = G.cfg.vmm; break;     /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
     case 115: *pi = G.cfg.mempool; break; /* MEMORY_POOLS_SUPPORTED */

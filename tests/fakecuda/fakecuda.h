@@ -60,6 +60,7 @@ typedef struct fakecuda_config {
   int force_alloc_error; /* non-zero: cuMemAlloc_v2 returns it (not a violation) */
   int async_fails;       /* non-zero: cuMemAllocAsync returns CUDA_ERROR_NOT_SUPPORTED */
   int reuse_streams;     /* cuStreamCreate reuses the handle of the last destroyed stream (default 1) */
+  int attribute_limit;   /* non-zero: attributes >= it are unknown (an older driver) */
   int verbose;
 } fakecuda_config_t;
 

@@ -583,6 +583,25 @@ static void test_fake_feature_probing(void) {
   EXPECT_CLEAN();
 }
 
+static void test_fake_old_driver_attributes(void) {
+  /* A driver that predates both attributes answers CUDA_ERROR_INVALID_VALUE:
+   * the device still opens, without VMM and memory pools. */
+  fake_reset()->attribute_limit = 100;
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  EXPECT(!cm_cuda_device_has_vmm(dev));
+  EXPECT(!cm_cuda_device_has_mempool(dev));
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, NULL, CM_CUDA_ASYNC, &st, NULL));
+  EXPECT(!cm_storage_has_vm(st));
+  uint64_t a;
+  ASSERT_OK(cm_storage_alloc(st, 4096, &a, NULL));
+  EXPECT_EQ(fk_counts().mem_alloc, 1);
+  cm_storage_destroy(st);
+  cm_cuda_device_close(dev);
+  EXPECT_CLEAN();
+}
+
 static void test_fake_event_ops(void) {
   fake_reset();
   cm_cuda_device_t *dev = fake_open();
@@ -1204,6 +1223,7 @@ int main(void) {
   CM_RUN(test_fake_errors);
   CM_RUN(test_fake_async_and_fallback);
   CM_RUN(test_fake_feature_probing);
+  CM_RUN(test_fake_old_driver_attributes);
   CM_RUN(test_fake_event_ops);
   CM_RUN(test_fake_vm);
   CM_RUN(test_fake_pinned);
