@@ -109,6 +109,16 @@ if os.environ.get("CUBEMEM_TORCH_LIBRARY"):
     plan = cubemem.plan(log)["layout"]
     rerun = cubemem.replay(log, pools=[plan])[0]
     check(rerun["failed_allocs"] == 0, "the recorded run replays under its plan")
+    # run again with the plan (CUBEMEM_POOLS), in a fresh process
+    code = ("from cubemem import _native as n, report, stats\n"
+            "ps = [n.try_malloc(4096 * (i + 1)) for i in range(64)]\n"
+            "print(report().splitlines()[1]); print(stats(0)['failed'])\n"
+            "[n.free(p) for p in ps]\n")
+    env = dict(os.environ, CUBEMEM_POOLS=plan, CUBEMEM_LOG="")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    check(out.returncode == 0, f"the planned run: {out.stderr}")
+    check(out.stdout.strip().endswith("0"), f"no failed allocation under the plan: {out.stdout}")
+    print(f"rerun with CUBEMEM_POOLS={plan}: {out.stdout.splitlines()[0].strip()[:70]}")
     # a second GPU: its own allocator, and peer access to its mappings
     q1 = _native.try_malloc(1 << 20, device=1)
     s1 = cubemem.stats(1)
