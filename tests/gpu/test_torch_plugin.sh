@@ -33,7 +33,9 @@ if [[ "$SYMS" != "$EXPECTED" ]]; then
 fi
 
 command -v python3 >/dev/null || { echo "SKIP (ctypes part): python3 not found"; exit 0; }
-if nm -D --undefined-only "$SO" | grep -Eq '__(asan|tsan|ubsan|msan)_'; then
+# (nm into a variable: grep -q closing the pipe early would fail the pipeline under pipefail)
+UNDEF=$(nm -D --undefined-only "$SO")
+if grep -Eq '__(asan|tsan|ubsan|msan)_' <<<"$UNDEF"; then
   # A sanitizer runtime cannot be loaded into an uninstrumented python.
   echo "note: sanitizer build; the ctypes part runs only in plain builds"
   exit 0

@@ -17,7 +17,7 @@ SHARED=${3:-$SRC/../shared}
 command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
 [[ -x $BUILD/cubemem ]] || { echo "SKIP: $BUILD/cubemem not built"; exit 77; }
 SO="$BUILD/libcubemem_torch.so"
-if [[ -f $SO ]] && nm -D --undefined-only "$SO" | grep -Eq '__(asan|tsan|ubsan|msan)_'; then
+if [[ -f $SO ]] && grep -Eq '__(asan|tsan|ubsan|msan)_' <<<"$(nm -D --undefined-only "$SO")"; then
   SO="" # a sanitizer runtime cannot be loaded into an uninstrumented python
 fi
 export CUBEMEM_CLI="$BUILD/cubemem" CUBEMEM_TORCH_LIBRARY="$SO" CM_CUDA_LIBRARY="$BUILD/libfakecuda.so"
