@@ -11,7 +11,10 @@ serves PyTorch); this module loads it with ctypes and hands CuPy an allocator
 function through cupy.cuda.set_allocator. Each block is wrapped in
 cupy.cuda.UnownedMemory whose owner object gives the block back to cubemem
 when CuPy drops its last reference. Blocks are allocated and freed on CuPy's
-current stream, so cubemem keeps one memory manager per stream.
+current stream, so cubemem keeps one memory manager per stream. CuPy destroys
+streams and the driver may give a new stream the same handle: cubemem tells
+them apart by the driver's stream id (cuStreamGetId) and never hands a new
+stream memory that a destroyed stream's queued work may still use.
 
 Settings are read from the environment when a device is first used:
 CUBEMEM_CUDA_ALLOCATOR (sync | async), CUBEMEM_POOLS (layout text),
@@ -41,11 +44,14 @@ def load(path=None):
     if _lib is not None:
         return _lib
     lib = ctypes.CDLL(path or _default_path())
-    lib.cubemem_torch_malloc.restype = ctypes.c_void_p
-    lib.cubemem_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.cubemem_torch_free.restype = None
-    lib.cubemem_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,
-                                       ctypes.c_void_p]
+    # The non-throwing entry points: a C++ exception cannot cross ctypes.
+    lib.cubemem_torch_try_malloc.restype = ctypes.c_void_p
+    lib.cubemem_torch_try_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.cubemem_torch_try_free.restype = None
+    lib.cubemem_torch_try_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,
+                                           ctypes.c_void_p]
+    lib.cubemem_torch_retire_stream.restype = None
+    lib.cubemem_torch_retire_stream.argtypes = [ctypes.c_int, ctypes.c_void_p]
     lib.cubemem_torch_report.restype = ctypes.c_size_t
     lib.cubemem_torch_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     for name in ("cubemem_torch_reserved", "cubemem_torch_peak_reserved",
@@ -72,7 +78,7 @@ class _Block:
     def __del__(self):
         lib = _lib
         if lib is not None and self.ptr:
-            lib.cubemem_torch_free(self.ptr, self.size, self.device, self.stream)
+            lib.cubemem_torch_try_free(self.ptr, self.size, self.device, self.stream)
             self.ptr = 0
 
 
@@ -85,7 +91,7 @@ def _malloc(size):
         mem = cupy.cuda.UnownedMemory(0, 0, None, device)
         return cupy.cuda.MemoryPointer(mem, 0)
     stream = cupy.cuda.get_current_stream().ptr
-    ptr = lib.cubemem_torch_malloc(size, device, stream)
+    ptr = lib.cubemem_torch_try_malloc(size, device, stream)
     if not ptr:
         msg = lib.cubemem_torch_last_error().decode(errors="replace")
         raise cupy.cuda.memory.OutOfMemoryError(size, in_use(device)) from RuntimeError(msg)

@@ -106,6 +106,9 @@ CM_API CM_NODISCARD int cm_cuda_storage_create(cm_cuda_device_t *dev, void *stre
 CM_API CM_NODISCARD int cm_cuda_pinned_storage_create(cm_cuda_device_t *dev, cm_storage_t **out,
                                                       cm_diag_t *diag);
 
+/* Open device 0, or the ordinal in CM_CUDA_DEVICE. Errors: CM_EINVAL (a bad
+ * CM_CUDA_DEVICE), as cm_cuda_device_open. Thread-safe. */
+CM_API CM_NODISCARD int cm_cuda_device_open_default(cm_cuda_device_t **out, cm_diag_t *diag);
 /* Convenience for tools: open device 0 (or the ordinal in CM_CUDA_DEVICE),
  * create a device storage of `kind` on the default stream, and fill *props
  * (may be NULL) with the device's properties. The storage owns the device.
@@ -125,10 +128,65 @@ typedef struct cm_cuda_storage_counters {
   uint64_t async_fallbacks; /* async calls that failed and fell back to cuMemAlloc */
   uint64_t free_errors;     /* frees the driver refused (ignored, counted) */
   uint64_t pending;         /* ids queued for the next flush */
+  uint64_t vm_granularity;  /* VM granule in use (0: no virtual memory on this device) */
+  bool async_supported;     /* the device has memory pools (cuMemAllocAsync is used) */
+  bool retired;             /* cm_cuda_storage_retire was called */
 } cm_cuda_storage_counters_t;
 /* Fill *out for a storage made by cm_cuda_storage_create (zeros for any other
  * storage). Same thread as the storage's user. */
 CM_API void cm_cuda_storage_counters(const cm_storage_t *storage, cm_cuda_storage_counters_t *out);
+
+/* ---- features, peers, stream lifetime ------------------------------------ */
+
+/* Probed at open with cuDeviceGetAttribute: virtual memory management
+ * (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) and memory pools
+ * (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED). Without VMM a device storage
+ * reports no VM support (pools fall back to whole allocations); without
+ * memory pools an ASYNC storage allocates with cuMemAlloc (counted as
+ * async_fallbacks). false for NULL. Thread-safe. */
+CM_API bool cm_cuda_device_has_vmm(const cm_cuda_device_t *dev);
+CM_API bool cm_cuda_device_has_mempool(const cm_cuda_device_t *dev);
+
+/* Let device `peer` read and write the virtual-memory mappings of `dev`
+ * (what PyTorch does for its expandable segments when peer access is
+ * enabled): every existing mapping of every device storage of `dev` gets
+ * cuMemSetAccess for the peer, and later mappings include it in their one
+ * cuMemSetAccess call. Plain allocations (cuMemAlloc) are not affected; for
+ * those the caller enables peer access on the context (cuCtxEnablePeerAccess)
+ * as usual. Idempotent. Errors: CM_EINVAL (NULL, peer == dev, out of range),
+ * CM_ENOTSUP (cuDeviceCanAccessPeer says no, or the driver lacks it; nothing
+ * changes), CM_ESTORAGE (a grant failed; later mappings do not include the
+ * peer). Thread-safe, also against the storages' own calls. */
+CM_API CM_NODISCARD int cm_cuda_device_enable_peer_access(cm_cuda_device_t *dev, int peer,
+                                                          cm_diag_t *diag);
+
+/* The driver's unique id of `stream` (cuStreamGetId, CUDA >= 12.0): unlike
+ * the CUstream handle it is never reused by a later stream, so it tells a new
+ * stream from a destroyed one that had the same handle. Errors: CM_EINVAL,
+ * CM_ENOTSUP (driver too old), CM_ESTREAM (not a live stream). Thread-safe. */
+CM_API CM_NODISCARD int cm_cuda_stream_identity(cm_cuda_device_t *dev, void *stream,
+                                                uint64_t *out, cm_diag_t *diag);
+/* Tell a device storage that its stream was destroyed. From then on it never
+ * uses the stream handle again: it waits with cuCtxSynchronize (work queued
+ * on a destroyed stream still runs) before it unmaps or frees anything, and
+ * frees stream-ordered memory with cuMemFree. Other storages: no-op. Same
+ * thread as the storage's user. */
+CM_API void cm_cuda_storage_retire(cm_storage_t *storage);
+/* The two above in the shape of cm_ptr_config_t's stream_identity /
+ * stream_retire hooks; `arg` is the cm_cuda_factory_t given as factory_arg. */
+CM_API CM_NODISCARD int cm_cuda_stream_identity_fn(void *arg, void *stream, uint64_t *out,
+                                                   cm_diag_t *diag);
+CM_API void cm_cuda_storage_retire_fn(void *arg, cm_storage_t *storage);
+
+/* Event hooks of cm_ptr_config_t (cross-stream use, cm_ptr_record_stream);
+ * `arg` is the cm_cuda_factory_t given as factory_arg. record: an event
+ * (timing disabled) recorded on `stream` (CM_ESTREAM when the driver refuses
+ * the stream); query: 1 complete, 0 pending, negative on error; destroy:
+ * NULL ok. Thread-safe. */
+CM_API CM_NODISCARD int cm_cuda_event_record_fn(void *arg, void *stream, void **out,
+                                                cm_diag_t *diag);
+CM_API int cm_cuda_event_query_fn(void *arg, void *event);
+CM_API void cm_cuda_event_destroy_fn(void *arg, void *event);
 
 /* Storage factory for the pointer layer (cubemem/ptr.h): `arg` is a
  * cm_cuda_factory_t that must outlive the pointer allocator; each call makes

@@ -52,6 +52,28 @@ typedef struct cm_ptr_config {
   cm_logger_t *logger;               /* borrowed, may be NULL; must outlive the allocator */
   bool retry_after_cleanup;          /* clean up and retry once on failure (default true) */
   uint32_t max_streams;              /* 0 = unlimited; beyond it: CM_ESTREAM */
+  /* Stream lifetime (optional, both with factory_arg). A stream handle can
+   * be reused by a new stream after the old one is destroyed, while work
+   * queued on the old one still reads memory it freed. When stream_identity
+   * is set, each allocation on a stream other than NULL, 0x1 (legacy) and
+   * 0x2 (per-thread) asks for the stream's unique identity; when it differs
+   * from the one the stream's manager was created for, that manager is
+   * retired: it serves no more allocations, stream_retire (when set) tells
+   * its storage the stream is gone, its cached memory goes back to the
+   * device, and it is destroyed once its last pointer is freed. The new
+   * stream gets a fresh manager. An identity call that fails with
+   * CM_ENOTSUP is ignored (keyed by handle, as without the hook); any other
+   * failure fails the allocation. cm_cuda_stream_identity_fn and
+   * cm_cuda_storage_retire_fn (cubemem/cuda.h) implement them for CUDA. */
+  int (*stream_identity)(void *arg, void *stream, uint64_t *out, cm_diag_t *diag);
+  void (*stream_retire)(void *arg, cm_storage_t *storage);
+  /* Cross-stream use (cm_ptr_record_stream; optional, all three or none,
+   * with factory_arg): record an event on `stream` after the work queued so
+   * far; query it (1 complete, 0 pending, negative on error); destroy it.
+   * cm_cuda_event_record_fn & co. (cubemem/cuda.h) implement them. */
+  int (*event_record)(void *arg, void *stream, void **out, cm_diag_t *diag);
+  int (*event_query)(void *arg, void *event);
+  void (*event_destroy)(void *arg, void *event);
 } cm_ptr_config_t;
 
 /* Defaults: no factory, name NULL, props {128 MiB, 512}, preset default, no
@@ -82,6 +104,18 @@ CM_API CM_NODISCARD int cm_ptr_alloc(cm_ptr_allocator_t *a, uint64_t size, void 
  * Errors: CM_ENOTFOUND (unknown pointer or double free; nothing changes),
  * CM_EINVAL (NULL allocator). Thread-safe. */
 CM_API int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream);
+/* Note that `ptr` (live) is also used by work on `stream`, as PyTorch's
+ * Tensor.record_stream does: when ptr is freed, an event is recorded on
+ * every such stream and the memory is reused only once all of them have
+ * completed (checked at later allocations and by cm_ptr_empty_cache).
+ * Recording the allocation's own stream, or a stream twice, is a no-op.
+ * Errors: CM_EINVAL, CM_ENOTFOUND (not a live pointer), CM_ENOTSUP (no event
+ * hooks configured), CM_ENOMEM. Thread-safe. */
+CM_API CM_NODISCARD int cm_ptr_record_stream(cm_ptr_allocator_t *a, void *ptr, void *stream);
+/* Retire `stream`'s manager now (call it before destroying a stream when
+ * the stream_identity hook cannot be used): as described under
+ * cm_ptr_config_t.stream_identity. Unknown stream: no-op. Thread-safe. */
+CM_API void cm_ptr_retire_stream(cm_ptr_allocator_t *a, void *stream);
 /* Requested size of a live pointer. Errors: CM_ENOTFOUND, CM_EINVAL. */
 CM_API CM_NODISCARD int cm_ptr_size(cm_ptr_allocator_t *a, void *ptr, uint64_t *out);
 
@@ -96,6 +130,7 @@ typedef struct cm_ptr_usage {
   uint64_t retries;             /* allocations retried after a cleanup */
   uint64_t storage_allocs;      /* storage allocations + VM mappings, summed */
   uint64_t storage_time_ns;     /* time inside the storages, summed */
+  uint64_t pending_frees;       /* freed pointers waiting for other streams' events */
 } cm_ptr_usage_t;
 
 /* Snapshot of the usage. Errors: CM_EINVAL. Thread-safe. */

@@ -116,7 +116,12 @@ static void usage(FILE *out) {
 /* Create the storage for `device` (the --device value). `*capacity` is the
  * device memory used for the presets and the simulated capacity; a real
  * backend may replace it with the device's total memory. This is the single
- * place to add a backend (e.g. "cuda" through cubemem/cuda.h). */
+ * place to add a backend (e.g. "cuda" through cubemem/cuda.h). A CUDA device
+ * is opened once, so one primary context serves the whole run, and closed at
+ * exit. */
+static cm_cuda_device_t *g_cuda_device;
+static void close_cuda_device(void) { cm_cuda_device_close(g_cuda_device); }
+
 static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocator_t cuda_default,
                         cm_storage_t **out, cm_diag_t *diag) {
   if (!strcmp(device, "sim")) {
@@ -132,11 +137,15 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
                  "unknown CUDA allocator '%s' (use cuda, cuda:sync or cuda:async)", device + 5);
       return CM_EINVAL;
     }
-    cm_device_props_t props;
-    int rc = cm_cuda_storage_open_default(kind, out, &props, diag);
+    if (!g_cuda_device) {
+      int rc = cm_cuda_device_open_default(&g_cuda_device, diag);
+      if (rc != CM_OK) return rc;
+      atexit(close_cuda_device);
+    }
+    int rc = cm_cuda_storage_create(g_cuda_device, NULL, kind, out, diag);
     if (rc == CM_OK) {
-      *capacity = props.max_page_size * 4; /* the device's total memory */
-      cm_storage_set_timing(*out, true);   /* report the time spent in driver calls */
+      *capacity = cm_cuda_device_total_memory(g_cuda_device);
+      cm_storage_set_timing(*out, true); /* report the time spent in driver calls */
     }
     return rc;
   }

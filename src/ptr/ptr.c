@@ -21,10 +21,20 @@
  * stream's slot, else in every slot; remove it and release the handle (the
  * manager picks the freed slice up on its next call).
  *
+ * Stream lifetime: with the stream_identity hook, a slot remembers the
+ * identity its stream had when the slot was made; an allocation that finds a
+ * different identity behind the same handle retires the slot (no more
+ * allocations, cache returned, destroyed with its last pointer) and makes a
+ * new one. Cross-stream use: cm_ptr_record_stream notes extra streams per
+ * pointer (`uses`); freeing such a pointer moves its handle to the deferred
+ * list with one event per stream, released once all have completed.
+ *
  * Invariants (under the allocator mutex): each live pointer is in exactly one
  * slot's map and that map owns exactly one handle reference for it;
  * live_pointers == sum of the maps' counts; reserved_now == sum of the slots'
- * last observed bytes_reserved.
+ * last observed bytes_reserved; a slot's `deferred` counts the deferred
+ * entries of its manager, and a retired slot lives while it has pointers or
+ * deferred entries; at most one live (not retired) slot per stream handle.
  *
  * Exports: cm_ptr_* (cubemem/ptr.h).
  */
@@ -45,7 +55,25 @@ typedef struct stream_slot {
   cm__u64map ptrs;         /* address -> cm_desc_t* of the owning handle */
   uint64_t reserved;       /* last observed bytes_reserved of m */
   uint64_t seen_deallocs;  /* storage dealloc count at the last flush */
+  uint64_t ident;          /* the stream's identity when the slot was made (0 = none) */
+  bool retired;            /* its stream was destroyed: no more allocations */
+  uint64_t deferred;       /* handles of its manager waiting in the deferred list */
 } stream_slot;
+
+/* Streams a live pointer was recorded on (cm_ptr_record_stream). */
+typedef struct use_rec {
+  size_t n, cap;
+  void *streams[];
+} use_rec;
+
+/* A freed pointer whose memory waits for other streams' events. */
+typedef struct deferred_free {
+  void *d;          /* the handle's descriptor */
+  cm_manager_t *m;  /* the manager it belongs to (slots are found by it) */
+  void **events;
+  size_t n;
+  bool stuck; /* an event could not be recorded: released only with the allocator */
+} deferred_free;
 
 struct cm_ptr_allocator {
   pthread_mutex_t lock;
@@ -57,6 +85,9 @@ struct cm_ptr_allocator {
   size_t nslots, capslots;
   uint64_t reserved_now, reserved_peak;
   uint64_t live, allocs, frees, failed, retries;
+  cm__u64map uses;         /* address -> use_rec* for pointers used on other streams */
+  deferred_free *deferred; /* frees waiting for events */
+  size_t ndeferred, capdeferred;
 };
 
 void cm_ptr_config_init(cm_ptr_config_t *cfg) {
@@ -104,6 +135,15 @@ int cm_ptr_allocator_create(const cm_ptr_config_t *cfg, cm_ptr_allocator_t **out
   }
   a->cfg.pools = a->pools;
   a->cfg.pool_count = a->pool_count;
+  if ((cfg->event_record != NULL) != (cfg->event_query != NULL) ||
+      (cfg->event_record != NULL) != (cfg->event_destroy != NULL)) {
+    free(a->pools);
+    free(a->name);
+    free(a);
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cm_ptr_allocator_create: give all three event hooks or none");
+  }
+  cm__u64map_init(&a->uses);
   if (pthread_mutex_init(&a->lock, NULL) != 0) goto nomem;
   *out = a;
   return CM_OK;
@@ -121,8 +161,24 @@ static int release_one(void *arg, uint64_t key, void *value) {
   return 0;
 }
 
+static int free_use(void *arg, uint64_t key, void *value) {
+  (void)arg;
+  (void)key;
+  free(value);
+  return 0;
+}
+
 void cm_ptr_allocator_destroy(cm_ptr_allocator_t *a) {
   if (!a) return;
+  for (size_t i = 0; i < a->ndeferred; i++) {
+    deferred_free *f = &a->deferred[i];
+    for (size_t k = 0; k < f->n; k++) a->cfg.event_destroy(a->cfg.factory_arg, f->events[k]);
+    free(f->events);
+    cm_handle_release((cm_handle_t){.d = f->d});
+  }
+  free(a->deferred);
+  (void)cm__u64map_each(&a->uses, free_use, NULL);
+  cm__u64map_free(&a->uses);
   for (size_t i = 0; i < a->nslots; i++) {
     stream_slot *s = &a->slots[i];
     (void)cm__u64map_each(&s->ptrs, release_one, NULL);
@@ -136,10 +192,10 @@ void cm_ptr_allocator_destroy(cm_ptr_allocator_t *a) {
   free(a);
 }
 
-/* Caller holds the lock. */
+/* The live (not retired) slot of `stream`. Caller holds the lock. */
 static stream_slot *find_slot(cm_ptr_allocator_t *a, void *stream) {
   for (size_t i = 0; i < a->nslots; i++)
-    if (a->slots[i].stream == stream) return &a->slots[i];
+    if (a->slots[i].stream == stream && !a->slots[i].retired) return &a->slots[i];
   return NULL;
 }
 
@@ -206,16 +262,168 @@ static void cleanup_slot(cm_ptr_allocator_t *a, stream_slot *s) {
   (void)cm_storage_flush(cm_manager_storage(s->m)); /* also frees anything queued earlier */
 }
 
+/* ---- stream lifetime: retired slots (see cm_ptr_config_t.stream_identity) */
+
+/* Destroy a retired slot that holds no pointer any more. Caller holds the lock. */
+static void drop_slot_if_empty(cm_ptr_allocator_t *a, stream_slot *s) {
+  if (!s->retired || s->ptrs.count || s->deferred) return;
+  a->reserved_now -= s->reserved;
+  cm__u64map_free(&s->ptrs);
+  cm_manager_destroy(s->m); /* the retired storage waits for the context first */
+  *s = a->slots[--a->nslots];
+}
+
+static void retire_slot(cm_ptr_allocator_t *a, stream_slot *s) {
+  s->retired = true;
+  if (a->cfg.stream_retire) a->cfg.stream_retire(a->cfg.factory_arg, cm_manager_storage(s->m));
+  cleanup_slot(a, s); /* cached memory goes back (after the device is idle) */
+  drop_slot_if_empty(a, s);
+}
+
+static bool builtin_stream(void *stream) { return (uintptr_t)stream <= 2; }
+
+/* Retire the slot of `stream` if the handle now names another stream.
+ * Caller holds the lock. */
+static int check_identity(cm_ptr_allocator_t *a, void *stream, uint64_t *ident, cm_diag_t *diag) {
+  *ident = 0;
+  if (!a->cfg.stream_identity || builtin_stream(stream)) return CM_OK;
+  int rc = a->cfg.stream_identity(a->cfg.factory_arg, stream, ident, diag);
+  if (rc == CM_ENOTSUP) {
+    *ident = 0;
+    cm_diag_clear(diag);
+    return CM_OK;
+  }
+  if (rc != CM_OK) return rc;
+  stream_slot *s = find_slot(a, stream);
+  if (s && s->ident != *ident) retire_slot(a, s);
+  return CM_OK;
+}
+
+void cm_ptr_retire_stream(cm_ptr_allocator_t *a, void *stream) {
+  if (!a) return;
+  pthread_mutex_lock(&a->lock);
+  stream_slot *s = find_slot(a, stream);
+  if (s) retire_slot(a, s);
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* ---- cross-stream use: deferred frees ------------------------------------ */
+
+static stream_slot *slot_of_manager(cm_ptr_allocator_t *a, const cm_manager_t *m) {
+  for (size_t i = 0; i < a->nslots; i++)
+    if (a->slots[i].m == m) return &a->slots[i];
+  return NULL;
+}
+
+/* Release every deferred free whose events have all completed. Caller holds
+ * the lock. */
+static void process_deferred(cm_ptr_allocator_t *a) {
+  for (size_t i = 0; i < a->ndeferred;) {
+    deferred_free *f = &a->deferred[i];
+    bool done = !f->stuck;
+    for (size_t k = 0; k < f->n && done; k++)
+      done = a->cfg.event_query(a->cfg.factory_arg, f->events[k]) == 1;
+    if (!done) {
+      i++;
+      continue;
+    }
+    for (size_t k = 0; k < f->n; k++) a->cfg.event_destroy(a->cfg.factory_arg, f->events[k]);
+    free(f->events);
+    cm_handle_release((cm_handle_t){.d = f->d});
+    stream_slot *s = slot_of_manager(a, f->m);
+    a->deferred[i] = a->deferred[--a->ndeferred];
+    if (s) {
+      s->deferred--;
+      if (s->retired) {
+        cleanup_slot(a, s);
+        drop_slot_if_empty(a, s);
+      }
+    }
+  }
+}
+
+int cm_ptr_record_stream(cm_ptr_allocator_t *a, void *ptr, void *stream) {
+  if (!a || !ptr) return CM_EINVAL;
+  if (!a->cfg.event_record) return CM_ENOTSUP;
+  pthread_mutex_lock(&a->lock);
+  uint64_t key = (uint64_t)(uintptr_t)ptr;
+  stream_slot *owner = NULL;
+  for (size_t i = 0; i < a->nslots && !owner; i++)
+    if (cm__u64map_get(&a->slots[i].ptrs, key)) owner = &a->slots[i];
+  int rc = CM_OK;
+  if (!owner) rc = CM_ENOTFOUND;
+  else if (owner->stream != stream) {
+    use_rec *u = cm__u64map_get(&a->uses, key);
+    bool seen = false;
+    for (size_t i = 0; u && i < u->n && !seen; i++) seen = u->streams[i] == stream;
+    if (!seen && (!u || u->n == u->cap)) {
+      size_t ncap = u ? u->cap * 2 : 2;
+      use_rec *nu = realloc(u, sizeof *nu + ncap * sizeof nu->streams[0]);
+      if (!nu) {
+        rc = CM_ENOMEM; /* u is untouched and still in the map */
+      } else {
+        if (!u) nu->n = 0;
+        nu->cap = ncap;
+        /* replacing an existing key does not allocate; a new key may fail */
+        if (cm__u64map_put(&a->uses, key, nu) != CM_OK) {
+          free(nu);
+          rc = CM_ENOMEM;
+        } else {
+          u = nu;
+        }
+      }
+    }
+    if (rc == CM_OK && !seen) u->streams[u->n++] = stream;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return rc;
+}
+
+/* Hand the handle of a freed pointer recorded on other streams to the
+ * deferred list, with an event on each of them. Returns false when it must
+ * be released at once (no recorded streams). Caller holds the lock. */
+static bool defer_free(cm_ptr_allocator_t *a, stream_slot *s, uint64_t key, void *d) {
+  use_rec *u = cm__u64map_remove(&a->uses, key);
+  if (!u) return false;
+  if (a->ndeferred == a->capdeferred) {
+    size_t ncap = a->capdeferred ? a->capdeferred * 2 : 8;
+    deferred_free *nd = realloc(a->deferred, ncap * sizeof *nd);
+    if (!nd) { /* no room to track it: never reuse the slice (it goes with the allocator) */
+      free(u);
+      return true;
+    }
+    a->deferred = nd;
+    a->capdeferred = ncap;
+  }
+  void **events = calloc(u->n, sizeof *events);
+  size_t n = 0;
+  bool stuck = events == NULL;
+  for (size_t i = 0; !stuck && i < u->n; i++) {
+    void *ev = NULL;
+    if (a->cfg.event_record(a->cfg.factory_arg, u->streams[i], &ev, NULL) == CM_OK) events[n++] = ev;
+    else stuck = true; /* cannot prove the stream done: keep the slice out of reuse */
+  }
+  free(u);
+  a->deferred[a->ndeferred++] = (deferred_free){d, s->m, events, n, stuck};
+  s->deferred++;
+  return true;
+}
+
 static bool retryable(int rc) {
   return rc != CM_ETOOBIG && rc != CM_EINVAL && rc != CM_EOVERFLOW && rc != CM_ENOMEM;
 }
 
 static int alloc_locked(cm_ptr_allocator_t *a, uint64_t size, void *stream, void **out,
                         cm_diag_t *diag) {
+  if (a->ndeferred) process_deferred(a);
+  uint64_t ident = 0;
+  int irc = check_identity(a, stream, &ident, diag);
+  if (irc != CM_OK) return irc;
   stream_slot *s = find_slot(a, stream);
   if (!s) {
     int rc = create_slot(a, stream, &s, diag);
     if (rc != CM_OK) return rc;
+    s->ident = ident;
   }
   cm_handle_t h = {0};
   int rc = cm_manager_reserve(s->m, size, &h, diag);
@@ -289,9 +497,14 @@ int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream) {
     return CM_ENOTFOUND;
   }
   void *d = cm__u64map_remove(&s->ptrs, (uint64_t)(uintptr_t)ptr);
-  cm_handle_release((cm_handle_t){.d = d});
+  if (!a->uses.count || !defer_free(a, s, (uint64_t)(uintptr_t)ptr, d))
+    cm_handle_release((cm_handle_t){.d = d});
   a->live--;
   a->frees++;
+  if (s->retired) { /* memory of a destroyed stream never returns to a cache */
+    cleanup_slot(a, s);
+    drop_slot_if_empty(a, s);
+  }
   pthread_mutex_unlock(&a->lock);
   return CM_OK;
 }
@@ -335,6 +548,7 @@ static void usage_locked(cm_ptr_allocator_t *a, cm_ptr_usage_t *out) {
   out->frees = a->frees;
   out->failed_allocs = a->failed;
   out->retries = a->retries;
+  out->pending_frees = a->ndeferred;
 }
 
 int cm_ptr_usage(cm_ptr_allocator_t *a, cm_ptr_usage_t *out) {
@@ -348,6 +562,7 @@ int cm_ptr_usage(cm_ptr_allocator_t *a, cm_ptr_usage_t *out) {
 void cm_ptr_empty_cache(cm_ptr_allocator_t *a) {
   if (!a) return;
   pthread_mutex_lock(&a->lock);
+  if (a->ndeferred) process_deferred(a);
   for (size_t i = 0; i < a->nslots; i++) cleanup_slot(a, &a->slots[i]);
   pthread_mutex_unlock(&a->lock);
 }

@@ -24,7 +24,10 @@
  *   cuDeviceGetCount, cuDeviceGetName, cuDevicePrimaryCtxRetain,
  *   cuMemFreeHost, cuEventCreate, cuEventRecord, cuEventQuery,
  *   cuEventSynchronize, cuStreamSynchronize, cuGetErrorName,
- *   cuGetErrorString; stream-ordered (CUDA >= 11.2, optional here):
+ *   cuGetErrorString, cuDeviceGetAttribute (VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+ *   102, MEMORY_POOLS_SUPPORTED 115), cuCtxSynchronize; optional:
+ *   cuDeviceCanAccessPeer, cuStreamGetId (CUDA >= 12.0); stream-ordered
+ *   (CUDA >= 11.2, optional here):
  *   cuMemAllocAsync, cuMemFreeAsync; virtual memory (CUDA >= 10.2, optional):
  *   cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease,
  *   cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity.
@@ -55,6 +58,7 @@
 
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +80,7 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_READY 600
 #define CU_EVENT_DISABLE_TIMING 2u
@@ -83,6 +88,9 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 #define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
+#define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
+#define CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 115
+#define CM_CUDA_MAX_PEERS 64
 
 typedef struct cu_mem_location {
   int type;
@@ -133,7 +141,11 @@ typedef struct cu_api {
   CUresult (*EventSynchronize)(CUevent e);
   CUresult (*EventDestroy)(CUevent e);
   CUresult (*StreamSynchronize)(CUstream s);
+  CUresult (*DeviceGetAttribute)(int *v, int attrib, CUdevice d);
+  CUresult (*CtxSynchronize)(void);
   /* optional */
+  CUresult (*DeviceCanAccessPeer)(int *can, CUdevice d, CUdevice peer);
+  CUresult (*StreamGetId)(CUstream s, unsigned long long *id);
   CUresult (*MemAllocAsync)(CUdeviceptr *p, size_t n, CUstream s);
   CUresult (*MemFreeAsync)(CUdeviceptr p, CUstream s);
   CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
@@ -180,6 +192,10 @@ static const sym_def k_syms[] = {
     SYM(EventSynchronize, "cuEventSynchronize", NULL, true),
     SYM(EventDestroy, "cuEventDestroy_v2", NULL, true),
     SYM(StreamSynchronize, "cuStreamSynchronize", NULL, true),
+    SYM(DeviceGetAttribute, "cuDeviceGetAttribute", NULL, true),
+    SYM(CtxSynchronize, "cuCtxSynchronize", NULL, true),
+    SYM(DeviceCanAccessPeer, "cuDeviceCanAccessPeer", NULL, false),
+    SYM(StreamGetId, "cuStreamGetId", NULL, false),
     SYM(MemAllocAsync, "cuMemAllocAsync", NULL, false),
     SYM(MemFreeAsync, "cuMemFreeAsync", NULL, false),
     SYM(MemAddressReserve, "cuMemAddressReserve", NULL, false),
@@ -195,6 +211,8 @@ static const sym_def k_syms[] = {
 
 /* ---- device ---------------------------------------------------------------- */
 
+struct cuda_storage;
+
 struct cm_cuda_device {
   _Atomic long refs; /* caller's reference + one per storage */
   void *lib;         /* dlopen handle, or NULL with a resolver */
@@ -203,7 +221,15 @@ struct cm_cuda_device {
   CUcontext ctx;
   int ordinal;
   uint64_t total;
+  bool vmm;     /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+  bool mempool; /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED */
   char name[256];
+  /* Peer access to VM mappings. `lock` guards peers, the list of device
+   * storages and, while held, their VM records (vm_map / vm_unmap /
+   * vm_release / release take it, so a grant never races a mapping change). */
+  pthread_mutex_t lock;
+  uint64_t peers;                /* bit per peer ordinal granted access */
+  struct cuda_storage *storages; /* live device storages of this device */
 };
 
 #define CM_CUDA_DEFAULT_LIBRARY "libcuda.so.1"
@@ -272,8 +298,27 @@ static int device_init(cm_cuda_device_t *d, int ordinal, const char *origin, cm_
   r = a->DeviceGetName(d->name, (int)sizeof d->name - 1, d->dev);
   if (r != CUDA_SUCCESS) snprintf(d->name, sizeof d->name, "CUDA device %d", ordinal);
   d->name[sizeof d->name - 1] = '\0';
+  /* Feature probing: a device without virtual memory management or memory
+   * pools gets plain allocations (cuMemAlloc) instead. A driver older than
+   * the attribute answers CUDA_ERROR_INVALID_VALUE: the feature is absent.
+   * Any other failure is an error (it would be guessing). */
+  int v = 0;
+  r = a->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+    return driver_error(a, diag, CM_ENODEV, r,
+                        "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+  d->vmm = r == CUDA_SUCCESS && v != 0;
+  v = 0;
+  r = a->DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, d->dev);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+    return driver_error(a, diag, CM_ENODEV, r, "cuDeviceGetAttribute(MEMORY_POOLS_SUPPORTED)");
+  d->mempool = r == CUDA_SUCCESS && v != 0;
   r = a->PrimaryCtxRetain(&d->ctx, d->dev);
   if (r != CUDA_SUCCESS) return driver_error(a, diag, CM_ENODEV, r, "cuDevicePrimaryCtxRetain");
+  if (pthread_mutex_init(&d->lock, NULL) != 0) {
+    (void)a->PrimaryCtxRelease(d->dev);
+    return cm__diag_set(diag, CM_ENOMEM, "cannot create the CUDA device's mutex");
+  }
   d->ordinal = ordinal;
   atomic_init(&d->refs, 1);
   return CM_OK;
@@ -345,7 +390,8 @@ int cm_cuda_device_open(int ordinal, cm_cuda_device_t **out, cm_diag_t *diag) {
 static void device_unref(cm_cuda_device_t *d) {
   if (!d) return;
   if (atomic_fetch_sub(&d->refs, 1) != 1) return;
-  d->api.PrimaryCtxRelease(d->dev);
+  (void)d->api.PrimaryCtxRelease(d->dev); /* nothing to do about a refusal at teardown */
+  pthread_mutex_destroy(&d->lock);
   free(d); /* d->lib stays loaded: see the header comment */
 }
 
@@ -443,8 +489,18 @@ typedef struct cuda_storage {
   entry *pending;         /* intrusive list of dealloc'ed entries */
   uint64_t granularity;   /* VM granule, 0 = no VM */
   cu_alloc_prop prop;     /* VM physical allocation properties */
+  bool async_ok;          /* the device has memory pools and the driver the async calls */
+  bool retired;           /* the stream is gone: wait with cuCtxSynchronize, free with cuMemFree */
+  struct cuda_storage *st_prev, *st_next; /* the device's list of storages (dev->lock) */
   _Atomic uint64_t async_allocs, sync_allocs, async_fallbacks, free_errors, npending;
 } cuda_storage;
+
+/* Wait for the work that may still use this storage's memory (context
+ * pushed): the storage's stream, or, once its stream was destroyed, the
+ * whole context (work queued on a destroyed stream still runs). */
+static CUresult wait_idle(cuda_storage *s) {
+  return s->retired ? s->dev->api.CtxSynchronize() : s->dev->api.StreamSynchronize(s->stream);
+}
 
 static uint64_t dev_alignment(void *ctx) {
   (void)ctx;
@@ -455,9 +511,27 @@ static uint64_t host_alignment(void *ctx) {
   return 16;
 }
 
+/* The entry map of a device storage changes under dev->lock, so that a peer
+ * grant (cm_cuda_device_enable_peer_access) can walk it from another thread. */
+static void entries_lock(cuda_storage *s) {
+  if (!s->pinned) pthread_mutex_lock(&s->dev->lock);
+}
+static void entries_unlock(cuda_storage *s) {
+  if (!s->pinned) pthread_mutex_unlock(&s->dev->lock);
+}
+
+static entry *remove_entry(cuda_storage *s, uint64_t id) {
+  entries_lock(s);
+  entry *e = cm__u64map_remove(&s->entries, id);
+  entries_unlock(s);
+  return e;
+}
+
 static int add_entry(cuda_storage *s, entry *e, uint64_t *out_id) {
   e->id = s->next_id;
+  entries_lock(s);
   int rc = cm__u64map_put(&s->entries, e->id, e);
+  entries_unlock(s);
   if (rc != CM_OK) return rc;
   s->next_id++;
   *out_id = e->id;
@@ -473,13 +547,16 @@ static int free_entry_memory(cuda_storage *s, entry *e) {
     case K_ZERO: break;
     case K_SYNC: r = a->MemFree(e->ptr); break;
     case K_ASYNC:
-      /* Stream-ordered free; errors are ignored as the reference does, but counted. */
-      if (a->MemFreeAsync(e->ptr, s->stream) != CUDA_SUCCESS)
+      /* Stream-ordered free; errors are ignored as the reference does, but
+       * counted. A retired storage's stream is gone: its callers waited for
+       * the context, so a plain free is safe. */
+      if (s->retired) r = a->MemFree(e->ptr);
+      else if (a->MemFreeAsync(e->ptr, s->stream) != CUDA_SUCCESS)
         atomic_fetch_add(&s->free_errors, 1);
       break;
     case K_HOST: r = a->MemFreeHost((void *)(uintptr_t)e->ptr); break;
     case K_VM:
-      (void)a->StreamSynchronize(s->stream);
+      if (wait_idle(s) != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
       for (size_t i = 0; i < e->nmaps; i++) {
         if (a->MemUnmap(e->ptr + e->maps[i].offset, e->maps[i].size) != CUDA_SUCCESS ||
             a->MemRelease(e->maps[i].handle) != CUDA_SUCCESS)
@@ -522,7 +599,7 @@ static int dev_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     bool done = false;
     if (s->kind == CM_CUDA_ASYNC) {
-      if (a->MemAllocAsync) {
+      if (s->async_ok && !s->retired) {
         r = a->MemAllocAsync(&e->ptr, (size_t)size, s->stream);
         if (r == CUDA_SUCCESS) {
           e->kind = K_ASYNC;
@@ -580,11 +657,17 @@ static int dev_flush(void *ctx) {
   if (!s->pending) return CM_OK;
   int pushed = ctx_push(s->dev, NULL);
   int rc = CM_OK;
+  if (pushed == CM_OK && s->retired && s->dev->api.CtxSynchronize() != CUDA_SUCCESS) {
+    /* Work of the destroyed stream may still use this memory: keep it queued. */
+    ctx_pop(s->dev);
+    atomic_fetch_add(&s->free_errors, 1);
+    return CM_ESTORAGE;
+  }
   entry *e = s->pending;
   s->pending = NULL;
   while (e) {
     entry *next = e->next;
-    (void)cm__u64map_remove(&s->entries, e->id);
+    (void)remove_entry(s, e->id);
     if (e->kind != K_ZERO) {
       if (pushed != CM_OK) {
         atomic_fetch_add(&s->free_errors, 1);
@@ -622,7 +705,16 @@ static int storage_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, c
 
 static void storage_release(void *ctx) {
   cuda_storage *s = ctx;
+  if (!s->pinned) {
+    pthread_mutex_lock(&s->dev->lock);
+    if (s->st_prev) s->st_prev->st_next = s->st_next;
+    else s->dev->storages = s->st_next;
+    if (s->st_next) s->st_next->st_prev = s->st_prev;
+    pthread_mutex_unlock(&s->dev->lock);
+  }
   int pushed = ctx_push(s->dev, NULL);
+  if (pushed == CM_OK && s->retired && s->dev->api.CtxSynchronize() != CUDA_SUCCESS)
+    atomic_fetch_add(&s->free_errors, 1);
   bool any_async = false;
   for (size_t i = 0; i < s->entries.cap; i++) {
     entry *e = s->entries.slots[i].value;
@@ -636,7 +728,8 @@ static void storage_release(void *ctx) {
   cm__u64map_free(&s->entries);
   /* Let stream-ordered frees complete so the memory is back when we return. */
   if (pushed == CM_OK) {
-    if (any_async) (void)s->dev->api.StreamSynchronize(s->stream);
+    if (any_async && !s->retired && s->dev->api.StreamSynchronize(s->stream) != CUDA_SUCCESS)
+      atomic_fetch_add(&s->free_errors, 1);
     ctx_pop(s->dev);
   }
   device_unref(s->dev);
@@ -703,9 +796,13 @@ static int dev_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t 
   const cu_api *a = &s->dev->api;
   if (!s->granularity)
     return cm__diag_set(diag, CM_ENOTSUP, "this CUDA driver or device has no virtual memory API");
-  uint64_t rsize;
-  if (size == 0 || !cm__round_up(size, s->granularity, &rsize) || (uint64_t)(size_t)rsize != rsize)
-    return cm__diag_set(diag, CM_EINVAL, "cannot reserve %" PRIu64 " bytes of address space", size);
+  /* cuMemAddressReserve takes a non-zero multiple of the granule only. */
+  uint64_t rsize = size;
+  if (size == 0 || size % s->granularity || (uint64_t)(size_t)rsize != rsize)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cannot reserve %" PRIu64 " bytes of address space: not a non-zero multiple "
+                        "of the granule (%" PRIu64 " bytes)",
+                        size, s->granularity);
   entry *e = calloc(1, sizeof *e);
   if (!e) return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a reservation record");
   int rc = ctx_push(s->dev, diag);
@@ -794,16 +891,23 @@ static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
     return cm__diag_set(diag, CM_EINVAL, "[%" PRIu64 ", +%" PRIu64 ") is already mapped", offset,
                         size);
   size_t n = (size_t)(size / piece);
+  pthread_mutex_lock(&s->dev->lock); /* the records change: see cm_cuda_device_enable_peer_access */
   if (e->nmaps + n > e->capmaps) { /* make room first: recording must not fail later */
     size_t ncap = e->capmaps ? e->capmaps : 4;
     while (ncap < e->nmaps + n) ncap *= 2;
     vm_mapping *nm = realloc(e->maps, ncap * sizeof *nm);
-    if (!nm) return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
+    if (!nm) {
+      pthread_mutex_unlock(&s->dev->lock);
+      return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
+    }
     e->maps = nm;
     e->capmaps = ncap;
   }
   int rc = ctx_push(s->dev, diag);
-  if (rc != CM_OK) return rc;
+  if (rc != CM_OK) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return rc;
+  }
   memmove(e->maps + at + n, e->maps + at, (e->nmaps - at) * sizeof *e->maps);
   size_t done = 0;
   CUresult r = CUDA_SUCCESS;
@@ -825,15 +929,23 @@ static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
     e->maps[at + done] = (vm_mapping){off, piece, h};
   }
   if (!what) {
-    cu_access_desc acc = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
-                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    r = a->MemSetAccess(e->ptr + offset, (size_t)size, &acc, 1);
+    /* One call for the whole range: this device and every peer granted access. */
+    cu_access_desc acc[CM_CUDA_MAX_PEERS + 1];
+    size_t nacc = 0;
+    acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
+                                   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int p = 0; p < CM_CUDA_MAX_PEERS; p++)
+      if (s->dev->peers & (1ull << p))
+        acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, p},
+                                       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    r = a->MemSetAccess(e->ptr + offset, (size_t)size, acc, nacc);
     if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
   }
   e->nmaps += done;
   if (what) { /* undo what this call mapped */
     (void)unmap_records(s, e, at, done);
     ctx_pop(s->dev);
+    pthread_mutex_unlock(&s->dev->lock);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       cm__diag_set(diag, CM_EOOM, "device out of memory mapping %" PRIu64 " bytes (%s)", size, what);
       if (diag) diag->native = r;
@@ -842,6 +954,7 @@ static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
     return driver_error(a, diag, CM_ESTORAGE, r, what);
   }
   ctx_pop(s->dev);
+  pthread_mutex_unlock(&s->dev->lock);
   return CM_OK;
 }
 
@@ -862,15 +975,23 @@ static int dev_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, 
                         "cannot unmap [%" PRIu64 ", +%" PRIu64 "): it is not exactly a run of whole "
                         "mappings of %" PRIu64 " bytes",
                         offset, size, piece);
+  pthread_mutex_lock(&s->dev->lock);
   int rc = ctx_push(s->dev, diag);
-  if (rc != CM_OK) return rc;
-  CUresult r = s->dev->api.StreamSynchronize(s->stream); /* queued work may still use the pages */
+  if (rc != CM_OK) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return rc;
+  }
+  CUresult r = wait_idle(s); /* queued work may still use the pages */
   if (r != CUDA_SUCCESS) {
     ctx_pop(s->dev);
-    return driver_error(&s->dev->api, diag, CM_ESTORAGE, r, "cuStreamSynchronize before cuMemUnmap");
+    pthread_mutex_unlock(&s->dev->lock);
+    return driver_error(&s->dev->api, diag, CM_ESTORAGE, r,
+                        s->retired ? "cuCtxSynchronize before cuMemUnmap"
+                                   : "cuStreamSynchronize before cuMemUnmap");
   }
   size_t failed = unmap_records(s, e, at, n);
   ctx_pop(s->dev);
+  pthread_mutex_unlock(&s->dev->lock);
   if (failed)
     return cm__diag_set(diag, CM_ESTORAGE, "cuMemUnmap failed for %zu of %zu mappings", failed, n);
   return CM_OK;
@@ -883,13 +1004,21 @@ static int dev_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   if (e->nmaps)
     return cm__diag_set(diag, CM_EINVAL, "cannot free a reservation with %zu mappings in it",
                         e->nmaps);
+  pthread_mutex_lock(&s->dev->lock);
   int rc = ctx_push(s->dev, diag);
-  if (rc != CM_OK) return rc;
+  if (rc != CM_OK) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return rc;
+  }
   rc = free_entry_memory(s, e);
   ctx_pop(s->dev);
-  if (rc != CM_OK) return cm__diag_set(diag, rc, "cuMemAddressFree failed");
+  if (rc != CM_OK) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return cm__diag_set(diag, rc, "cuMemAddressFree failed");
+  }
   (void)cm__u64map_remove(&s->entries, id);
   destroy_entry(e);
+  pthread_mutex_unlock(&s->dev->lock);
   return CM_OK;
 }
 
@@ -971,7 +1100,7 @@ static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *dia
 
 static void host_dealloc(void *ctx, uint64_t id) {
   cuda_storage *s = ctx;
-  entry *e = cm__u64map_remove(&s->entries, id);
+  entry *e = remove_entry(s, id);
   if (!e) return;
   if (e->kind == K_HOST) {
     if (ctx_push(s->dev, NULL) == CM_OK) {
@@ -1014,14 +1143,16 @@ static int make_storage(cm_cuda_device_t *dev, void *stream, cm_cuda_allocator_t
     s->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     s->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     s->prop.location.id = dev->ordinal; /* a device ordinal, as CUmemLocation requires */
-    if (a->MemAddressReserve && a->MemAddressFree && a->MemCreate && a->MemRelease && a->MemMap &&
-        a->MemUnmap && a->MemSetAccess && a->MemGetAllocationGranularity &&
-        ctx_push(dev, NULL) == CM_OK) {
+    s->async_ok = dev->mempool && a->MemAllocAsync && a->MemFreeAsync;
+    if (dev->vmm && a->MemAddressReserve && a->MemAddressFree && a->MemCreate && a->MemRelease &&
+        a->MemMap && a->MemUnmap && a->MemSetAccess && a->MemGetAllocationGranularity) {
       size_t g = 0;
-      if (a->MemGetAllocationGranularity(&g, &s->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
-          CUDA_SUCCESS)
-        s->granularity = g;
-      ctx_pop(dev);
+      CUresult r = a->MemGetAllocationGranularity(&g, &s->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+      if (r != CUDA_SUCCESS) {
+        free(s);
+        return driver_error(a, diag, CM_ESTORAGE, r, "cuMemGetAllocationGranularity");
+      }
+      if (g && !(g & (g - 1))) s->granularity = g; /* else: no usable VM granule, no VM */
     }
   }
   cm_storage_t *st = NULL;
@@ -1032,6 +1163,13 @@ static int make_storage(cm_cuda_device_t *dev, void *stream, cm_cuda_allocator_t
   }
   cm_storage_set_timing(st, true); /* report time spent in the driver (stats time_ns) */
   device_ref(dev);
+  if (!pinned) {
+    pthread_mutex_lock(&dev->lock);
+    s->st_next = dev->storages;
+    if (dev->storages) dev->storages->st_prev = s;
+    dev->storages = s;
+    pthread_mutex_unlock(&dev->lock);
+  }
   *out = st;
   return CM_OK;
 }
@@ -1051,9 +1189,8 @@ int cm_cuda_storage_factory(void *arg, void *stream, cm_storage_t **out, cm_diag
   return cm_cuda_storage_create(f->device, stream, f->kind, out, diag);
 }
 
-int cm_cuda_storage_open_default(cm_cuda_allocator_t kind, cm_storage_t **out,
-                                 cm_device_props_t *props, cm_diag_t *diag) {
-  if (!out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_storage_open_default: out is NULL");
+int cm_cuda_device_open_default(cm_cuda_device_t **out, cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_device_open_default: out is NULL");
   *out = NULL;
   int ordinal = 0;
   const char *env = secure_getenv("CM_CUDA_DEVICE");
@@ -1064,8 +1201,15 @@ int cm_cuda_storage_open_default(cm_cuda_allocator_t kind, cm_storage_t **out,
       return cm__diag_set(diag, CM_EINVAL, "CM_CUDA_DEVICE=\"%s\" is not a device ordinal", env);
     ordinal = (int)v;
   }
+  return cm_cuda_device_open(ordinal, out, diag);
+}
+
+int cm_cuda_storage_open_default(cm_cuda_allocator_t kind, cm_storage_t **out,
+                                 cm_device_props_t *props, cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_storage_open_default: out is NULL");
+  *out = NULL;
   cm_cuda_device_t *dev = NULL;
-  int rc = cm_cuda_device_open(ordinal, &dev, diag);
+  int rc = cm_cuda_device_open_default(&dev, diag);
   if (rc != CM_OK) return rc;
   rc = cm_cuda_storage_create(dev, NULL, kind, out, diag);
   if (rc == CM_OK && props) *props = cm_cuda_device_props(dev);
@@ -1100,4 +1244,140 @@ void cm_cuda_storage_counters(const cm_storage_t *storage, cm_cuda_storage_count
   out->async_fallbacks = atomic_load(&s->async_fallbacks);
   out->free_errors = atomic_load(&s->free_errors);
   out->pending = atomic_load(&s->npending);
+  out->vm_granularity = s->granularity;
+  out->async_supported = s->async_ok;
+  out->retired = s->retired;
+}
+
+/* ---- features, peers, stream lifetime ----------------------------------------- */
+
+bool cm_cuda_device_has_vmm(const cm_cuda_device_t *dev) { return dev && dev->vmm; }
+bool cm_cuda_device_has_mempool(const cm_cuda_device_t *dev) { return dev && dev->mempool; }
+
+/* Grant `peer` read-write access to every mapping of `s` (dev->lock held,
+ * context pushed). Returns the first driver failure, or CUDA_SUCCESS. */
+static CUresult grant_storage(cuda_storage *s, int peer) {
+  cu_access_desc acc = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, peer},
+                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  for (size_t i = 0; i < s->entries.cap; i++) {
+    entry *e = s->entries.slots[i].value;
+    if (!s->entries.slots[i].key || !e || e->kind != K_VM) continue;
+    for (size_t k = 0; k < e->nmaps; k++) {
+      CUresult r = s->dev->api.MemSetAccess(e->ptr + e->maps[k].offset, (size_t)e->maps[k].size,
+                                            &acc, 1);
+      if (r != CUDA_SUCCESS) return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+int cm_cuda_device_enable_peer_access(cm_cuda_device_t *dev, int peer, cm_diag_t *diag) {
+  if (!dev) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_device_enable_peer_access: device is NULL");
+  if (peer < 0 || peer >= CM_CUDA_MAX_PEERS || peer == dev->ordinal)
+    return cm__diag_set(diag, CM_EINVAL, "CUDA device %d cannot be a peer of device %d", peer,
+                        dev->ordinal);
+  const cu_api *a = &dev->api;
+  if (!a->DeviceCanAccessPeer)
+    return cm__diag_set(diag, CM_ENOTSUP, "this CUDA driver has no cuDeviceCanAccessPeer");
+  CUdevice pd = 0;
+  CUresult r = a->DeviceGet(&pd, peer);
+  if (r != CUDA_SUCCESS) return driver_error(a, diag, CM_EINVAL, r, "cuDeviceGet (peer device)");
+  int can = 0;
+  r = a->DeviceCanAccessPeer(&can, pd, dev->dev);
+  if (r != CUDA_SUCCESS) return driver_error(a, diag, CM_ESTORAGE, r, "cuDeviceCanAccessPeer");
+  if (!can)
+    return cm__diag_set(diag, CM_ENOTSUP, "CUDA device %d cannot access the memory of device %d",
+                        peer, dev->ordinal);
+  pthread_mutex_lock(&dev->lock);
+  if (dev->peers & (1ull << peer)) {
+    pthread_mutex_unlock(&dev->lock);
+    return CM_OK;
+  }
+  int rc = ctx_push(dev, diag);
+  if (rc == CM_OK) {
+    /* Mappings made from now on include the peer (vm_map); grant the existing ones. */
+    for (cuda_storage *s = dev->storages; s && r == CUDA_SUCCESS; s = s->st_next)
+      r = grant_storage(s, peer);
+    ctx_pop(dev);
+    if (r != CUDA_SUCCESS) rc = driver_error(a, diag, CM_ESTORAGE, r, "cuMemSetAccess (peer grant)");
+    else dev->peers |= 1ull << peer;
+  }
+  pthread_mutex_unlock(&dev->lock);
+  return rc;
+}
+
+int cm_cuda_stream_identity(cm_cuda_device_t *dev, void *stream, uint64_t *out, cm_diag_t *diag) {
+  if (!dev || !out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_stream_identity: NULL argument");
+  if (!dev->api.StreamGetId)
+    return cm__diag_set(diag, CM_ENOTSUP, "this CUDA driver has no cuStreamGetId (CUDA < 12.0)");
+  int rc = ctx_push(dev, diag);
+  if (rc != CM_OK) return rc;
+  unsigned long long id = 0;
+  CUresult r = dev->api.StreamGetId((CUstream)stream, &id);
+  ctx_pop(dev);
+  if (r != CUDA_SUCCESS) return driver_error(&dev->api, diag, CM_ESTREAM, r, "cuStreamGetId");
+  *out = id;
+  return CM_OK;
+}
+
+int cm_cuda_stream_identity_fn(void *arg, void *stream, uint64_t *out, cm_diag_t *diag) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_stream_identity_fn: arg is NULL");
+  return cm_cuda_stream_identity(f->device, stream, out, diag);
+}
+
+void cm_cuda_storage_retire(cm_storage_t *storage) {
+  if (!storage || storage->ops != &k_cuda_ops) return;
+  cuda_storage *s = storage->ctx;
+  s->retired = true;
+}
+
+void cm_cuda_storage_retire_fn(void *arg, cm_storage_t *storage) {
+  (void)arg;
+  cm_cuda_storage_retire(storage);
+}
+
+/* ---- events on any stream (cm_ptr_config_t event hooks) ----------------------- */
+
+int cm_cuda_event_record_fn(void *arg, void *stream, void **out, cm_diag_t *diag) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_event_record_fn: NULL");
+  cm_cuda_device_t *dev = f->device;
+  const cu_api *a = &dev->api;
+  int rc = ctx_push(dev, diag);
+  if (rc != CM_OK) return rc;
+  CUevent ev = NULL;
+  CUresult r = a->EventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    ctx_pop(dev);
+    return driver_error(a, diag, CM_ESTORAGE, r, "cuEventCreate");
+  }
+  r = a->EventRecord(ev, (CUstream)stream);
+  if (r != CUDA_SUCCESS) {
+    (void)a->EventDestroy(ev);
+    ctx_pop(dev);
+    return driver_error(a, diag, CM_ESTREAM, r, "cuEventRecord");
+  }
+  ctx_pop(dev);
+  *out = ev;
+  return CM_OK;
+}
+
+int cm_cuda_event_query_fn(void *arg, void *event) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !event) return CM_EINVAL;
+  if (ctx_push(f->device, NULL) != CM_OK) return CM_ESTORAGE;
+  CUresult r = f->device->api.EventQuery((CUevent)event);
+  ctx_pop(f->device);
+  if (r == CUDA_SUCCESS) return 1;
+  if (r == CUDA_ERROR_NOT_READY) return 0;
+  return CM_ESTORAGE;
+}
+
+void cm_cuda_event_destroy_fn(void *arg, void *event) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f || !f->device || !event) return;
+  if (ctx_push(f->device, NULL) != CM_OK) return;
+  (void)f->device->api.EventDestroy((CUevent)event); /* nothing to do about a refusal */
+  ctx_pop(f->device);
 }

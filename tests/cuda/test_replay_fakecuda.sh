@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# test_replay_fakecuda.sh BUILD_DIR SOURCE_DIR SHARED_DIR - replay real traces
+# through `cubemem replay --device cuda | cuda:sync | cuda:async` on the
+# strict fake driver (libfakecuda.so), every layout (default, subslices,
+# exclusive-pages), and check, for every (trace, layout, device):
+#   - no failed reservation,
+#   - peak reserved within 1% of `--device sim` (same capacity, same granule),
+#   - the driver saw no violation and holds nothing after the run
+#     (FAKECUDA_REPORT written at exit).
+# Then once more on a device without virtual memory management and without
+# memory pools (FAKECUDA_VMM=0 FAKECUDA_MEMPOOL=0): no violation, no failure.
+# Traces: examples/torch-cpu-gpt-train.csv always, plus ../shared/traces/
+# {cpu,gpu,plans}/*.csv when present (skipped with a message when absent).
+set -euo pipefail
+BUILD=${1:?usage: test_replay_fakecuda.sh BUILD_DIR SOURCE_DIR SHARED_DIR}
+SRC=${2:?}
+SHARED=${3:-$SRC/../shared}
+CLI="$BUILD/cubemem"
+FAKE="$BUILD/libfakecuda.so"
+[[ -x $CLI && -f $FAKE ]] || { echo "SKIP: $CLI or $FAKE not built"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to compare the JSON"; exit 77; }
+
+TRACES=("$SRC/examples/torch-cpu-gpt-train.csv")
+if [[ -d $SHARED/traces ]]; then
+  for f in "$SHARED"/traces/{cpu,gpu,plans}/*.csv; do [[ -f $f ]] && TRACES+=("$f"); done
+else
+  echo "note: $SHARED/traces is absent; replaying only the bundled trace"
+fi
+LAYOUTS=(--pools default --pools subslices --pools exclusive-pages)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cm-fakecuda.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+CAP=80G
+
+echo "--- ${#TRACES[@]} trace(s) x 3 layouts; sim reference"
+"$CLI" replay --device sim --device-memory 80GiB --no-progress --json "${LAYOUTS[@]}" "${TRACES[@]}" \
+  >"$WORK/sim.json"
+
+run_cuda() { # name device [env...]
+  local name=$1 dev=$2
+  shift 2
+  local rc=0
+  env "$@" FAKECUDA_CAPACITY=$CAP FAKECUDA_REPORT="$WORK/$name.report" CM_CUDA_LIBRARY="$FAKE" \
+    "$CLI" replay --device "$dev" --no-progress --json "${LAYOUTS[@]}" "${TRACES[@]}" \
+    >"$WORK/$name.json" 2>"$WORK/$name.err" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo "FAIL: replay --device $dev exited $rc"; cat "$WORK/$name.err"; exit 1
+  fi
+}
+for dev in cuda cuda:sync cuda:async; do
+  echo "--- --device $dev on the strict driver"
+  run_cuda "${dev/:/-}" "$dev"
+done
+echo "--- --device cuda:async on a device without VMM and memory pools"
+run_cuda novm cuda:async FAKECUDA_VMM=0 FAKECUDA_MEMPOOL=0
+
+python3 - "$WORK" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+def load(name):
+    return {(r["trace"], r["layout"]): r for r in map(json.loads, open(os.path.join(work, name + ".json")))}
+def report(name):
+    kv = {}
+    for line in open(os.path.join(work, name + ".report")):
+        if "=" in line and not line.startswith("violation:"):
+            k, v = line.strip().split("=", 1)
+            kv[k] = v
+    return kv, [l.strip() for l in open(os.path.join(work, name + ".report")) if l.startswith("violation:")]
+sim = load("sim")
+bad = 0
+print(f"{'trace':44} {'layout':16} {'device':11} {'sim peak':>15} {'cuda peak':>15} {'diff':>8}")
+for name in ("cuda", "cuda-sync", "cuda-async", "novm"):
+    runs = load(name)
+    kv, viol = report(name)
+    if set(runs) != set(sim):
+        print(f"FAIL {name}: replayed {len(runs)} (trace, layout) pairs, sim {len(sim)}"); bad += 1
+    for key, r in sorted(runs.items()):
+        s = sim[key]
+        if r["failed_allocs"]:
+            print(f"FAIL {name} {key}: {r['failed_allocs']} failed reservations"); bad += 1
+        diff = (r["peak_reserved_bytes"] - s["peak_reserved_bytes"]) / max(s["peak_reserved_bytes"], 1)
+        if name != "novm":
+            print(f"{os.path.basename(key[0])[:44]:44} {key[1]:16} {r['device']:11} "
+                  f"{s['peak_reserved_bytes']:>15,} {r['peak_reserved_bytes']:>15,} {diff:>+8.4%}")
+            if abs(diff) > 0.01:
+                print(f"FAIL {name} {key}: peak reserved differs from sim by {diff:+.3%}"); bad += 1
+    calls = ", ".join(f"{k} {kv.get(k, '?')}" for k in
+                      ("mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "address_reserve",
+                       "address_free", "create", "release", "map", "unmap", "set_access", "retains"))
+    print(f"{name}: violations {kv.get('violations')}, held after exit {kv.get('held')}; driver calls: {calls}")
+    if kv.get("violations") != "0":
+        print(f"FAIL {name}: the strict driver counted violations:"); print("\n".join(viol)); bad += 1
+    if kv.get("held") != "0":
+        print(f"FAIL {name}: the driver still holds objects at exit"); bad += 1
+    if kv.get("retains") != "1":
+        print(f"FAIL {name}: the primary context was retained {kv.get('retains')} times (want 1 per run)"); bad += 1
+    if name == "novm" and (kv.get("create") != "0" or kv.get("mem_alloc_async") != "0"):
+        print("FAIL novm: VM or stream-ordered calls on a device without them"); bad += 1
+sys.exit(1 if bad else 0)
+PY
+echo "replay on the strict driver: ok"

@@ -1,0 +1,1250 @@
+/*
+ * fakecuda.c - libfakecuda.so: the CUDA driver entry points cubemem uses,
+ * with the driver's rules enforced and no GPU behind them (fakecuda.h).
+ *
+ * Rules, as the CUDA Driver API reference documents them for each call:
+ *  - Everything but cuInit, cuGetErrorName/String and cuDriverGetVersion
+ *    fails with CUDA_ERROR_NOT_INITIALIZED before cuInit(0); cuInit takes
+ *    flags 0 only.
+ *  - cuDeviceGet: ordinal in [0, count) (CUDA_ERROR_INVALID_DEVICE); the
+ *    CUdevice handle is not the ordinal, so code that confuses them fails.
+ *  - Primary contexts are reference counted: a release without a retain is
+ *    CUDA_ERROR_INVALID_CONTEXT; pushing a context that is not retained, or
+ *    popping an empty stack, is CUDA_ERROR_INVALID_CONTEXT.
+ *  - cuMemAlloc/Free, cuMemAllocAsync/FreeAsync, cuMemGetInfo,
+ *    cuMemAllocHost/FreeHost, cuEvent*, cuStreamCreate and cuCtxSynchronize
+ *    need a current context (CUDA_ERROR_INVALID_CONTEXT). The VM calls take
+ *    their device from the allocation properties and need none.
+ *  - cuMemAlloc(0) and cuMemAllocAsync(0) are CUDA_ERROR_INVALID_VALUE;
+ *    freeing an address that is not the start of a live allocation is
+ *    CUDA_ERROR_INVALID_VALUE; cuMemFreeAsync is for cuMemAllocAsync memory
+ *    only; cuMemAllocAsync on a device without memory pools is
+ *    CUDA_ERROR_NOT_SUPPORTED. Device memory beyond the capacity is
+ *    CUDA_ERROR_OUT_OF_MEMORY (not a violation).
+ *  - cuMemGetAllocationGranularity: pinned device allocations of a valid
+ *    device, option MINIMUM (0) or RECOMMENDED (1).
+ *  - cuMemAddressReserve: size a non-zero multiple of the granule, alignment
+ *    0 or a power of two, flags 0. cuMemAddressFree: exactly a reservation
+ *    (start and size), with no mapping left in it.
+ *  - cuMemCreate: size a non-zero multiple of the granule, type PINNED,
+ *    location DEVICE with a valid ordinal, flags 0. cuMemRelease: a live
+ *    handle; the memory goes when its last mapping goes.
+ *  - cuMemMap: ptr, size and offset multiples of the granule, offset + size
+ *    within the handle, the range inside one reservation, overlapping no
+ *    mapping, flags 0, a live handle. cuMemUnmap: the range is exactly whole
+ *    mappings. cuMemSetAccess: every byte of the range mapped, descriptors of
+ *    valid devices with valid flags; a device other than the memory's needs
+ *    peer capability.
+ *  - Events and streams: handles must be live (CUDA_ERROR_INVALID_HANDLE
+ *    after destroy); NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are
+ *    always valid streams.
+ *  - Unmapping memory, or freeing it on another stream, while queued work
+ *    still uses it is a violation; so is queueing work on memory that a
+ *    destroyed stream's pending work still uses.
+ * Each violation returns the driver's code, is counted and remembered.
+ *
+ * Storage: small dynamic arrays scanned linearly (the fake serves tests and
+ * replays with at most a few thousand live objects). One global mutex.
+ */
+#include "fakecuda.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FX __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUhandle;
+
+enum {
+  R_OK = 0,
+  R_INVALID_VALUE = 1,
+  R_OOM = 2,
+  R_NOT_INITIALIZED = 3,
+  R_NO_DEVICE = 100,
+  R_INVALID_DEVICE = 101,
+  R_INVALID_CONTEXT = 201,
+  R_PEER_UNSUPPORTED = 217,
+  R_INVALID_HANDLE = 400,
+  R_NOT_READY = 600,
+  R_NOT_SUPPORTED = 801,
+  R_UNKNOWN = 999,
+};
+
+typedef struct fk_loc {
+  int type, id;
+} fk_loc;
+typedef struct fk_prop {
+  int type, handle_types;
+  fk_loc loc;
+  void *win32;
+  unsigned char flags[8];
+} fk_prop;
+typedef struct fk_access {
+  fk_loc loc;
+  int flags;
+} fk_access;
+
+#define MAXDEV 8
+#define DEV_BASE 40 /* CUdevice handle = ordinal + DEV_BASE */
+#define STREAM_BASE 0x50000000ull
+#define EVENT_BASE 0xe0000000ull
+
+enum { A_SYNC = 1, A_ASYNC = 2 };
+
+typedef struct alloc_rec {
+  CUdeviceptr ptr;
+  uint64_t size;
+  int kind, dev;
+} alloc_rec;
+typedef struct host_rec {
+  void *p;
+  uint64_t size;
+} host_rec;
+typedef struct resv_rec {
+  CUdeviceptr base;
+  uint64_t size;
+} resv_rec;
+typedef struct handle_rec {
+  CUhandle h;
+  uint64_t size;
+  int dev;
+  int maps;      /* live mappings of it */
+  bool released; /* cuMemRelease called */
+} handle_rec;
+typedef struct map_rec {
+  CUdeviceptr va;
+  uint64_t size;
+  CUhandle h;
+  int dev;
+  unsigned access; /* bit per device with read-write access */
+} map_rec;
+typedef struct stream_rec {
+  bool live;
+  uint64_t uid, seq;
+} stream_rec;
+typedef struct event_rec {
+  bool live, recorded;
+  uint64_t uid, seq;
+} event_rec;
+typedef struct work_rec {
+  uint64_t uid, seq;
+  CUdeviceptr ptr;
+  uint64_t size;
+  bool orphan; /* its stream was destroyed */
+} work_rec;
+
+#define VEC(T)      \
+  struct {          \
+    T *v;           \
+    size_t n, cap;  \
+  }
+
+static struct {
+  pthread_mutex_t lock;
+  fakecuda_config_t cfg;
+  bool initialized;
+  int retains[MAXDEV];
+  int ctx_obj[MAXDEV]; /* a context handle is &ctx_obj[d] */
+  CUdeviceptr next_va;
+  uint64_t next_handle, next_uid;
+  uint64_t host_used;
+  VEC(alloc_rec) allocs;
+  VEC(host_rec) hosts;
+  VEC(resv_rec) resvs;
+  VEC(handle_rec) handles;
+  VEC(map_rec) maps; /* sorted by va */
+  VEC(stream_rec) streams;
+  VEC(event_rec) events;
+  VEC(work_rec) work;
+  uint64_t legacy_seq;
+  fakecuda_counts_t c;
+  char last[8][256];
+  unsigned nlast;
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static __thread void *tls_stack[64];
+static __thread int tls_depth;
+
+#define PUSH(vec, val)                                                       \
+  do {                                                                       \
+    if ((vec).n == (vec).cap) {                                              \
+      size_t nc = (vec).cap ? (vec).cap * 2 : 16;                            \
+      void *nv = realloc((vec).v, nc * sizeof *(vec).v);                     \
+      if (!nv) abort();                                                      \
+      (vec).v = nv;                                                          \
+      (vec).cap = nc;                                                        \
+    }                                                                        \
+    (vec).v[(vec).n++] = (val);                                              \
+  } while (0)
+#define DROP(vec, i) ((vec).v[i] = (vec).v[--(vec).n])
+
+/* ---- configuration -------------------------------------------------------- */
+
+static uint64_t env_size(const char *name, uint64_t def) {
+  const char *s = getenv(name);
+  if (!s || !*s) return def;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    case 't': case 'T': v <<= 40; break;
+    default: break;
+  }
+  return v;
+}
+
+static void load_config(void) {
+  fakecuda_config_t *c = &G.cfg;
+  memset(c, 0, sizeof *c);
+  c->devices = (int)env_size("FAKECUDA_DEVICES", 1);
+  if (c->devices < 0) c->devices = 0;
+  if (c->devices > MAXDEV) c->devices = MAXDEV;
+  c->capacity = env_size("FAKECUDA_CAPACITY", 80ull << 30);
+  c->host_capacity = env_size("FAKECUDA_HOST_CAPACITY", 64ull << 30);
+  c->granularity = env_size("FAKECUDA_GRANULARITY", 2ull << 20);
+  if (!c->granularity || (c->granularity & (c->granularity - 1))) c->granularity = 2ull << 20;
+  c->vmm = (int)env_size("FAKECUDA_VMM", 1) != 0;
+  c->mempool = (int)env_size("FAKECUDA_MEMPOOL", 1) != 0;
+  c->peer = (int)env_size("FAKECUDA_PEER", 1) != 0;
+  c->reuse_streams = 1;
+  c->verbose = (int)env_size("FAKECUDA_VERBOSE", 0) != 0;
+}
+
+static void clear_state(void) {
+  free(G.allocs.v);
+  for (size_t i = 0; i < G.hosts.n; i++) free(G.hosts.v[i].p);
+  free(G.hosts.v);
+  free(G.resvs.v);
+  free(G.handles.v);
+  free(G.maps.v);
+  free(G.streams.v);
+  free(G.events.v);
+  free(G.work.v);
+  memset(&G.allocs, 0, sizeof G.allocs);
+  memset(&G.hosts, 0, sizeof G.hosts);
+  memset(&G.resvs, 0, sizeof G.resvs);
+  memset(&G.handles, 0, sizeof G.handles);
+  memset(&G.maps, 0, sizeof G.maps);
+  memset(&G.streams, 0, sizeof G.streams);
+  memset(&G.events, 0, sizeof G.events);
+  memset(&G.work, 0, sizeof G.work);
+  memset(&G.c, 0, sizeof G.c);
+  memset(G.retains, 0, sizeof G.retains);
+  memset(G.last, 0, sizeof G.last);
+  G.nlast = 0;
+  G.initialized = false;
+  G.next_va = 0x7f0000000000ull;
+  G.next_handle = 0x1000;
+  G.next_uid = 100;
+  G.host_used = 0;
+  G.legacy_seq = 0;
+  tls_depth = 0;
+}
+
+static void write_report_at_exit(void);
+
+__attribute__((constructor)) static void fk_load(void) {
+  clear_state();
+  load_config();
+  atexit(write_report_at_exit);
+}
+
+/* ---- helpers (caller holds the lock) ------------------------------------------ */
+
+static CUresult violation(CUresult code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static CUresult violation(CUresult code, const char *fmt, ...) {
+  char *slot = G.last[G.nlast++ % 8];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(slot, sizeof G.last[0], fmt, ap);
+  va_end(ap);
+  G.c.violations++;
+  if (G.cfg.verbose) fprintf(stderr, "fakecuda: violation: %s\n", slot);
+  return code;
+}
+
+#define LOCK() pthread_mutex_lock(&G.lock)
+#define UNLOCK() pthread_mutex_unlock(&G.lock)
+#define RET(x)          \
+  do {                  \
+    CUresult r__ = (x); \
+    UNLOCK();           \
+    return r__;         \
+  } while (0)
+
+static int current_dev(void) {
+  if (tls_depth <= 0) return -1;
+  int *obj = tls_stack[tls_depth - 1];
+  return (int)(obj - G.ctx_obj);
+}
+
+/* Common preamble: initialised, and (when need_ctx) a current context. */
+static CUresult check_init(const char *fn, bool need_ctx) {
+  if (!G.initialized) return violation(R_NOT_INITIALIZED, "%s before cuInit", fn);
+  if (need_ctx && current_dev() < 0)
+    return violation(R_INVALID_CONTEXT, "%s without a current context", fn);
+  return R_OK;
+}
+
+static bool ordinal_ok(int d) { return d >= 0 && d < G.cfg.devices; }
+
+static uint64_t dev_capacity(void) { return G.cfg.capacity; }
+
+static void use(int dev, uint64_t n) {
+  G.c.used[dev] += n;
+  if (G.c.used[dev] > G.c.used_peak[dev]) G.c.used_peak[dev] = G.c.used[dev];
+}
+
+static CUdeviceptr bump_va(uint64_t size, uint64_t align) {
+  if (align < 4096) align = 4096;
+  CUdeviceptr p = (G.next_va + align - 1) & ~(CUdeviceptr)(align - 1);
+  G.next_va = p + ((size + 4095) & ~(uint64_t)4095) + 4096; /* a guard gap */
+  return p;
+}
+
+/* Streams: 0 (NULL) and 1 (CU_STREAM_LEGACY) are the legacy stream, 2 is
+ * CU_STREAM_PER_THREAD; created streams are STREAM_BASE + 16 * slot. Returns
+ * the stream record, or NULL with *legacy set for the built-in ones; NULL
+ * with *legacy false means an invalid handle. */
+static stream_rec *stream_of(CUstream s, bool *legacy) {
+  uintptr_t v = (uintptr_t)s;
+  *legacy = false;
+  if (v <= 2) {
+    *legacy = true;
+    return NULL;
+  }
+  if (v < STREAM_BASE || (v - STREAM_BASE) % 16) return NULL;
+  size_t i = (size_t)((v - STREAM_BASE) / 16);
+  if (i >= G.streams.n || !G.streams.v[i].live) return NULL;
+  return &G.streams.v[i];
+}
+
+static CUresult check_stream(const char *fn, CUstream s, uint64_t *uid, uint64_t **seq) {
+  bool legacy;
+  stream_rec *r = stream_of(s, &legacy);
+  if (legacy) {
+    *uid = (uintptr_t)s == 2 ? 2 : 1;
+    *seq = &G.legacy_seq;
+    return R_OK;
+  }
+  if (!r) return violation(R_INVALID_HANDLE, "%s: stream %p is not a live stream", fn, s);
+  *uid = r->uid;
+  *seq = &r->seq;
+  return R_OK;
+}
+
+static event_rec *event_of(CUevent e) {
+  uintptr_t v = (uintptr_t)e;
+  if (v < EVENT_BASE || (v - EVENT_BASE) % 16) return NULL;
+  size_t i = (size_t)((v - EVENT_BASE) / 16);
+  if (i >= G.events.n || !G.events.v[i].live) return NULL;
+  return &G.events.v[i];
+}
+
+static bool overlaps(CUdeviceptr a, uint64_t an, CUdeviceptr b, uint64_t bn) {
+  return a < b + bn && b < a + an;
+}
+
+/* Pending work other than stream `uid` that uses [p, p+n); `orphans_only`
+ * restricts to destroyed streams. */
+static work_rec *pending_on(CUdeviceptr p, uint64_t n, uint64_t uid, bool orphans_only) {
+  for (size_t i = 0; i < G.work.n; i++) {
+    work_rec *w = &G.work.v[i];
+    if (w->uid == uid || (orphans_only && !w->orphan)) continue;
+    if (overlaps(w->ptr, w->size, p, n)) return w;
+  }
+  return NULL;
+}
+
+static void complete_where(bool (*pred)(const work_rec *, const void *), const void *arg) {
+  for (size_t i = 0; i < G.work.n;) {
+    if (pred(&G.work.v[i], arg)) DROP(G.work, i);
+    else i++;
+  }
+}
+static bool w_all(const work_rec *w, const void *a) {
+  (void)w;
+  (void)a;
+  return true;
+}
+static bool w_stream(const work_rec *w, const void *a) { return w->uid == *(const uint64_t *)a; }
+static bool w_event(const work_rec *w, const void *a) {
+  const event_rec *e = a;
+  return w->uid == e->uid && w->seq <= e->seq;
+}
+static bool w_range(const work_rec *w, const void *a) {
+  const uint64_t *r = a;
+  return overlaps(w->ptr, w->size, r[0], r[1]);
+}
+
+static alloc_rec *find_alloc(CUdeviceptr p, size_t *idx) {
+  for (size_t i = 0; i < G.allocs.n; i++)
+    if (G.allocs.v[i].ptr == p) {
+      if (idx) *idx = i;
+      return &G.allocs.v[i];
+    }
+  return NULL;
+}
+
+static resv_rec *resv_containing(CUdeviceptr p, uint64_t n) {
+  for (size_t i = 0; i < G.resvs.n; i++) {
+    resv_rec *r = &G.resvs.v[i];
+    if (p >= r->base && n <= r->size && p - r->base <= r->size - n) return r;
+  }
+  return NULL;
+}
+
+static handle_rec *find_handle(CUhandle h, size_t *idx) {
+  for (size_t i = 0; i < G.handles.n; i++)
+    if (G.handles.v[i].h == h) {
+      if (idx) *idx = i;
+      return &G.handles.v[i];
+    }
+  return NULL;
+}
+
+/* First mapping whose end is above va. */
+static size_t map_lower(CUdeviceptr va) {
+  size_t lo = 0, hi = G.maps.n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (G.maps.v[mid].va + G.maps.v[mid].size <= va) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Whether [p, p+n) is covered by mappings without gaps; on success [*first,
+ * *first + *count) are those mappings. */
+static bool fully_mapped(CUdeviceptr p, uint64_t n, size_t *first, size_t *count) {
+  size_t i = map_lower(p), k = 0;
+  CUdeviceptr at = p;
+  while (at < p + n) {
+    if (i + k >= G.maps.n) return false;
+    map_rec *m = &G.maps.v[i + k];
+    if (m->va > at) return false;
+    at = m->va + m->size;
+    k++;
+  }
+  *first = i;
+  *count = k;
+  return n > 0;
+}
+
+static void handle_drop_if_done(size_t idx) {
+  handle_rec *h = &G.handles.v[idx];
+  if (h->released && h->maps == 0) {
+    G.c.used[h->dev] -= h->size;
+    DROP(G.handles, idx);
+  }
+}
+
+/* ---- error strings, init, devices ---------------------------------------------- */
+
+#define API(ret, name, args) FX ret name args; ret name args
+
+static const struct {
+  CUresult r;
+  const char *name, *text;
+} k_errors[] = {
+    {R_OK, "CUDA_SUCCESS", "no error"},
+    {R_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {R_OOM, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {R_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {R_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {R_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {R_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {R_PEER_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
+    {R_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {R_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {R_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {R_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+API(CUresult, cuGetErrorName, (CUresult e, const char **s)) {
+  if (!s) return R_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
+    if (k_errors[i].r == e) {
+      *s = k_errors[i].name;
+      return R_OK;
+    }
+  *s = NULL;
+  return R_INVALID_VALUE;
+}
+
+API(CUresult, cuGetErrorString, (CUresult e, const char **s)) {
+  if (!s) return R_INVALID_VALUE;
+  for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
+    if (k_errors[i].r == e) {
+      *s = k_errors[i].text;
+      return R_OK;
+    }
+  *s = NULL;
+  return R_INVALID_VALUE;
+}
+
+API(CUresult, cuDriverGetVersion, (int *v)) {
+  if (!v) return R_INVALID_VALUE;
+  *v = 13000;
+  return R_OK;
+}
+
+API(CUresult, cuInit, (unsigned int flags)) {
+  LOCK();
+  if (flags) RET(violation(R_INVALID_VALUE, "cuInit(flags=%u): flags must be 0", flags));
+  if (G.cfg.init_result) RET(G.cfg.init_result);
+  if (G.cfg.devices == 0) RET(R_NO_DEVICE);
+  G.initialized = true;
+  RET(R_OK);
+}
+
+API(CUresult, cuDeviceGetCount, (int *n)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceGetCount", false);
+  if (r) RET(r);
+  if (!n) RET(violation(R_INVALID_VALUE, "cuDeviceGetCount(NULL)"));
+  *n = G.cfg.devices;
+  RET(R_OK);
+}
+
+API(CUresult, cuDeviceGet, (CUdevice *d, int ordinal)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceGet", false);
+  if (r) RET(r);
+  if (!d) RET(violation(R_INVALID_VALUE, "cuDeviceGet(NULL)"));
+  if (!ordinal_ok(ordinal))
+    RET(violation(R_INVALID_DEVICE, "cuDeviceGet: ordinal %d of %d devices", ordinal, G.cfg.devices));
+  *d = ordinal + DEV_BASE;
+  RET(R_OK);
+}
+
+/* CUdevice handle -> ordinal, or -1. */
+static int dev_ord(CUdevice d) { return ordinal_ok(d - DEV_BASE) ? d - DEV_BASE : -1; }
+
+API(CUresult, cuDeviceGetName, (char *name, int len, CUdevice d)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceGetName", false);
+  if (r) RET(r);
+  if (dev_ord(d) < 0) RET(violation(R_INVALID_DEVICE, "cuDeviceGetName: CUdevice %d is not a device", d));
+  if (!name || len <= 0) RET(violation(R_INVALID_VALUE, "cuDeviceGetName: no buffer"));
+  snprintf(name, (size_t)len, "Fake CUDA GPU %d", dev_ord(d));
+  RET(R_OK);
+}
+
+API(CUresult, cuDeviceTotalMem_v2, (size_t *bytes, CUdevice d)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceTotalMem_v2", false);
+  if (r) RET(r);
+  if (dev_ord(d) < 0) RET(violation(R_INVALID_DEVICE, "cuDeviceTotalMem: CUdevice %d is not a device", d));
+  if (!bytes) RET(violation(R_INVALID_VALUE, "cuDeviceTotalMem(NULL)"));
+  *bytes = (size_t)dev_capacity();
+  RET(R_OK);
+}
+
+API(CUresult, cuDeviceGetAttribute, (int *pi, int attrib, CUdevice d)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceGetAttribute", false);
+  if (r) RET(r);
+  G.c.get_attribute++;
+  if (dev_ord(d) < 0) RET(violation(R_INVALID_DEVICE, "cuDeviceGetAttribute: CUdevice %d is not a device", d));
+  if (!pi || attrib <= 0 || attrib >= 200)
+    RET(violation(R_INVALID_VALUE, "cuDeviceGetAttribute: attribute %d", attrib));
+  if (G.cfg.attribute_limit && attrib >= G.cfg.attribute_limit)
+    RET(R_INVALID_VALUE); /* an older driver: the attribute does not exist yet */
+  switch (attrib) {
+    case 102: *pi = G.cfg.vmm; break;     /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+    case 115: *pi = G.cfg.mempool; break; /* MEMORY_POOLS_SUPPORTED */
+    case 16: *pi = 132; break;            /* MULTIPROCESSOR_COUNT */
+    case 75: *pi = 9; break;              /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *pi = 0; break;
+    case 41: *pi = 1; break;              /* UNIFIED_ADDRESSING */
+    default: *pi = 0; break;
+  }
+  RET(R_OK);
+}
+
+API(CUresult, cuDeviceCanAccessPeer, (int *can, CUdevice d, CUdevice peer)) {
+  LOCK();
+  CUresult r = check_init("cuDeviceCanAccessPeer", false);
+  if (r) RET(r);
+  if (dev_ord(d) < 0 || dev_ord(peer) < 0)
+    RET(violation(R_INVALID_DEVICE, "cuDeviceCanAccessPeer: CUdevice %d / %d", d, peer));
+  if (!can) RET(violation(R_INVALID_VALUE, "cuDeviceCanAccessPeer(NULL)"));
+  *can = d != peer && G.cfg.peer;
+  RET(R_OK);
+}
+
+/* ---- contexts ------------------------------------------------------------------- */
+
+API(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *ctx, CUdevice d)) {
+  LOCK();
+  CUresult r = check_init("cuDevicePrimaryCtxRetain", false);
+  if (r) RET(r);
+  int o = dev_ord(d);
+  if (o < 0) RET(violation(R_INVALID_DEVICE, "cuDevicePrimaryCtxRetain: CUdevice %d", d));
+  if (!ctx) RET(violation(R_INVALID_VALUE, "cuDevicePrimaryCtxRetain(NULL)"));
+  G.retains[o]++;
+  G.c.retains++;
+  *ctx = &G.ctx_obj[o];
+  RET(R_OK);
+}
+
+API(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice d)) {
+  LOCK();
+  CUresult r = check_init("cuDevicePrimaryCtxRelease", false);
+  if (r) RET(r);
+  int o = dev_ord(d);
+  if (o < 0) RET(violation(R_INVALID_DEVICE, "cuDevicePrimaryCtxRelease: CUdevice %d", d));
+  if (G.retains[o] <= 0)
+    RET(violation(R_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease of device %d, which is not retained", o));
+  G.retains[o]--;
+  G.c.releases++;
+  RET(R_OK);
+}
+
+API(CUresult, cuDevicePrimaryCtxRelease, (CUdevice d)) { return cuDevicePrimaryCtxRelease_v2(d); }
+
+static int ctx_index(CUcontext c) {
+  for (int i = 0; i < MAXDEV; i++)
+    if (c == &G.ctx_obj[i]) return i;
+  return -1;
+}
+
+API(CUresult, cuCtxPushCurrent_v2, (CUcontext ctx)) {
+  LOCK();
+  CUresult r = check_init("cuCtxPushCurrent", false);
+  if (r) RET(r);
+  int i = ctx_index(ctx);
+  if (i < 0 || G.retains[i] <= 0)
+    RET(violation(R_INVALID_CONTEXT, "cuCtxPushCurrent(%p): not a retained primary context", ctx));
+  if (tls_depth >= 64) RET(violation(R_INVALID_VALUE, "cuCtxPushCurrent: stack deeper than 64"));
+  tls_stack[tls_depth++] = ctx;
+  G.c.ctx_push++;
+  G.c.contexts_pushed++;
+  RET(R_OK);
+}
+
+API(CUresult, cuCtxPopCurrent_v2, (CUcontext *ctx)) {
+  LOCK();
+  CUresult r = check_init("cuCtxPopCurrent", false);
+  if (r) RET(r);
+  if (tls_depth <= 0) RET(violation(R_INVALID_CONTEXT, "cuCtxPopCurrent with no current context"));
+  void *c = tls_stack[--tls_depth];
+  if (ctx) *ctx = c;
+  G.c.ctx_pop++;
+  G.c.contexts_pushed--;
+  RET(R_OK);
+}
+
+API(CUresult, cuCtxGetCurrent, (CUcontext *ctx)) {
+  LOCK();
+  CUresult r = check_init("cuCtxGetCurrent", false);
+  if (r) RET(r);
+  if (!ctx) RET(violation(R_INVALID_VALUE, "cuCtxGetCurrent(NULL)"));
+  *ctx = tls_depth > 0 ? tls_stack[tls_depth - 1] : NULL;
+  RET(R_OK);
+}
+
+API(CUresult, cuCtxSynchronize, (void)) {
+  LOCK();
+  CUresult r = check_init("cuCtxSynchronize", true);
+  if (r) RET(r);
+  G.c.ctx_sync++;
+  complete_where(w_all, NULL);
+  RET(R_OK);
+}
+
+/* ---- plain allocations ------------------------------------------------------------ */
+
+API(CUresult, cuMemAlloc_v2, (CUdeviceptr *p, size_t n)) {
+  LOCK();
+  CUresult r = check_init("cuMemAlloc", true);
+  if (r) RET(r);
+  if (!p) RET(violation(R_INVALID_VALUE, "cuMemAlloc(NULL, %zu)", n));
+  if (n == 0) RET(violation(R_INVALID_VALUE, "cuMemAlloc of 0 bytes"));
+  if (G.cfg.force_alloc_error) RET(G.cfg.force_alloc_error);
+  int d = current_dev();
+  if (G.c.used[d] + n > dev_capacity()) RET(R_OOM);
+  *p = bump_va(n, 512);
+  PUSH(G.allocs, ((alloc_rec){*p, n, A_SYNC, d}));
+  use(d, n);
+  G.c.mem_alloc++;
+  RET(R_OK);
+}
+
+static CUresult free_common(const char *fn, CUdeviceptr p, bool async, CUstream s) {
+  CUresult r = check_init(fn, true);
+  if (r) return r;
+  size_t i;
+  alloc_rec *a = find_alloc(p, &i);
+  if (!a) return violation(R_INVALID_VALUE, "%s(0x%llx): not a live allocation", fn, p);
+  if (async) {
+    uint64_t uid, *seq;
+    r = check_stream(fn, s, &uid, &seq);
+    if (r) return r;
+    if (a->kind != A_ASYNC)
+      return violation(R_INVALID_VALUE, "%s(0x%llx): memory from cuMemAlloc, not stream-ordered", fn, p);
+    work_rec *w = pending_on(a->ptr, a->size, uid, false);
+    if (w)
+      violation(R_INVALID_VALUE, "%s(0x%llx) on stream %llu while work of stream %llu still uses it",
+                fn, p, (unsigned long long)uid, (unsigned long long)w->uid);
+  } else {
+    uint64_t range[2] = {a->ptr, a->size};
+    complete_where(w_range, range); /* cuMemFree synchronises with the device */
+  }
+  G.c.used[a->dev] -= a->size;
+  DROP(G.allocs, i);
+  return R_OK;
+}
+
+API(CUresult, cuMemFree_v2, (CUdeviceptr p)) {
+  LOCK();
+  CUresult r = free_common("cuMemFree", p, false, NULL);
+  if (!r) G.c.mem_free++;
+  RET(r);
+}
+
+API(CUresult, cuMemAllocAsync, (CUdeviceptr *p, size_t n, CUstream s)) {
+  LOCK();
+  CUresult r = check_init("cuMemAllocAsync", true);
+  if (r) RET(r);
+  uint64_t uid, *seq;
+  r = check_stream("cuMemAllocAsync", s, &uid, &seq);
+  if (r) RET(r);
+  int d = current_dev();
+  if (!G.cfg.mempool)
+    RET(violation(R_NOT_SUPPORTED, "cuMemAllocAsync on device %d, which has no memory pools "
+                                   "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0)", d));
+  if (!p) RET(violation(R_INVALID_VALUE, "cuMemAllocAsync(NULL)"));
+  if (n == 0) RET(violation(R_INVALID_VALUE, "cuMemAllocAsync of 0 bytes"));
+  if (G.cfg.async_fails) RET(R_NOT_SUPPORTED);
+  if (G.c.used[d] + n > dev_capacity()) RET(R_OOM);
+  *p = bump_va(n, 512);
+  PUSH(G.allocs, ((alloc_rec){*p, n, A_ASYNC, d}));
+  use(d, n);
+  G.c.mem_alloc_async++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemFreeAsync, (CUdeviceptr p, CUstream s)) {
+  LOCK();
+  CUresult r = free_common("cuMemFreeAsync", p, true, s);
+  if (!r) G.c.mem_free_async++;
+  RET(r);
+}
+
+API(CUresult, cuMemGetInfo_v2, (size_t *fr, size_t *tot)) {
+  LOCK();
+  CUresult r = check_init("cuMemGetInfo", true);
+  if (r) RET(r);
+  if (!fr || !tot) RET(violation(R_INVALID_VALUE, "cuMemGetInfo(NULL)"));
+  int d = current_dev();
+  *tot = (size_t)dev_capacity();
+  *fr = (size_t)(dev_capacity() - G.c.used[d]);
+  G.c.mem_get_info++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemAllocHost_v2, (void **p, size_t n)) {
+  LOCK();
+  CUresult r = check_init("cuMemAllocHost", true);
+  if (r) RET(r);
+  if (!p) RET(violation(R_INVALID_VALUE, "cuMemAllocHost(NULL)"));
+  if (n == 0) RET(violation(R_INVALID_VALUE, "cuMemAllocHost of 0 bytes"));
+  if (G.host_used + n > G.cfg.host_capacity) RET(R_OOM);
+  void *m = aligned_alloc(64, (n + 63) & ~(size_t)63);
+  if (!m) RET(R_OOM);
+  PUSH(G.hosts, ((host_rec){m, n}));
+  G.host_used += n;
+  G.c.mem_alloc_host++;
+  *p = m;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemFreeHost, (void *p)) {
+  LOCK();
+  CUresult r = check_init("cuMemFreeHost", true);
+  if (r) RET(r);
+  for (size_t i = 0; i < G.hosts.n; i++)
+    if (G.hosts.v[i].p == p) {
+      free(p);
+      G.host_used -= G.hosts.v[i].size;
+      DROP(G.hosts, i);
+      G.c.mem_free_host++;
+      RET(R_OK);
+    }
+  RET(violation(R_INVALID_VALUE, "cuMemFreeHost(%p): not pinned memory from cuMemAllocHost", p));
+}
+
+/* ---- events and streams ------------------------------------------------------------------ */
+
+API(CUresult, cuEventCreate, (CUevent *e, unsigned int flags)) {
+  LOCK();
+  CUresult r = check_init("cuEventCreate", true);
+  if (r) RET(r);
+  if (!e) RET(violation(R_INVALID_VALUE, "cuEventCreate(NULL)"));
+  if (flags & ~7u) RET(violation(R_INVALID_VALUE, "cuEventCreate: flags 0x%x", flags));
+  PUSH(G.events, ((event_rec){.live = true}));
+  *e = (CUevent)(uintptr_t)(EVENT_BASE + 16 * (G.events.n - 1));
+  G.c.event_create++;
+  RET(R_OK);
+}
+
+API(CUresult, cuEventRecord, (CUevent e, CUstream s)) {
+  LOCK();
+  CUresult r = check_init("cuEventRecord", true);
+  if (r) RET(r);
+  event_rec *ev = event_of(e);
+  if (!ev) RET(violation(R_INVALID_HANDLE, "cuEventRecord(%p): not a live event", e));
+  uint64_t uid, *seq;
+  r = check_stream("cuEventRecord", s, &uid, &seq);
+  if (r) RET(r);
+  ev->recorded = true;
+  ev->uid = uid;
+  ev->seq = *seq;
+  G.c.event_record++;
+  RET(R_OK);
+}
+
+static bool event_done(const event_rec *ev) {
+  for (size_t i = 0; i < G.work.n; i++)
+    if (w_event(&G.work.v[i], ev)) return false;
+  return true;
+}
+
+API(CUresult, cuEventQuery, (CUevent e)) {
+  LOCK();
+  CUresult r = check_init("cuEventQuery", false);
+  if (r) RET(r);
+  event_rec *ev = event_of(e);
+  if (!ev) RET(violation(R_INVALID_HANDLE, "cuEventQuery(%p): not a live event", e));
+  G.c.event_query++;
+  RET(event_done(ev) ? R_OK : R_NOT_READY);
+}
+
+API(CUresult, cuEventSynchronize, (CUevent e)) {
+  LOCK();
+  CUresult r = check_init("cuEventSynchronize", false);
+  if (r) RET(r);
+  event_rec *ev = event_of(e);
+  if (!ev) RET(violation(R_INVALID_HANDLE, "cuEventSynchronize(%p): not a live event", e));
+  complete_where(w_event, ev);
+  G.c.event_sync++;
+  RET(R_OK);
+}
+
+API(CUresult, cuEventDestroy_v2, (CUevent e)) {
+  LOCK();
+  CUresult r = check_init("cuEventDestroy", false);
+  if (r) RET(r);
+  event_rec *ev = event_of(e);
+  if (!ev) RET(violation(R_INVALID_HANDLE, "cuEventDestroy(%p): not a live event (destroyed twice?)", e));
+  ev->live = false;
+  G.c.event_destroy++;
+  RET(R_OK);
+}
+
+API(CUresult, cuStreamCreate, (CUstream *s, unsigned int flags)) {
+  LOCK();
+  CUresult r = check_init("cuStreamCreate", true);
+  if (r) RET(r);
+  if (!s) RET(violation(R_INVALID_VALUE, "cuStreamCreate(NULL)"));
+  if (flags & ~1u) RET(violation(R_INVALID_VALUE, "cuStreamCreate: flags 0x%x", flags));
+  size_t slot = G.streams.n;
+  if (G.cfg.reuse_streams) /* the driver may hand out a destroyed stream's handle again */
+    for (size_t i = G.streams.n; i-- > 0;)
+      if (!G.streams.v[i].live) {
+        slot = i;
+        break;
+      }
+  stream_rec rec = {.live = true, .uid = G.next_uid++};
+  if (slot == G.streams.n) PUSH(G.streams, rec);
+  else G.streams.v[slot] = rec;
+  *s = (CUstream)(uintptr_t)(STREAM_BASE + 16 * slot);
+  G.c.stream_create++;
+  RET(R_OK);
+}
+
+API(CUresult, cuStreamDestroy_v2, (CUstream s)) {
+  LOCK();
+  CUresult r = check_init("cuStreamDestroy", false);
+  if (r) RET(r);
+  bool legacy;
+  stream_rec *st = stream_of(s, &legacy);
+  if (!st) RET(violation(R_INVALID_HANDLE, "cuStreamDestroy(%p): not a created, live stream", s));
+  st->live = false;
+  for (size_t i = 0; i < G.work.n; i++) /* its queued work still runs */
+    if (G.work.v[i].uid == st->uid) G.work.v[i].orphan = true;
+  G.c.stream_destroy++;
+  RET(R_OK);
+}
+
+API(CUresult, cuStreamSynchronize, (CUstream s)) {
+  LOCK();
+  CUresult r = check_init("cuStreamSynchronize", false);
+  if (r) RET(r);
+  uint64_t uid, *seq;
+  r = check_stream("cuStreamSynchronize", s, &uid, &seq);
+  if (r) RET(r);
+  complete_where(w_stream, &uid);
+  G.c.stream_sync++;
+  RET(R_OK);
+}
+
+API(CUresult, cuStreamGetId, (CUstream s, unsigned long long *id)) {
+  LOCK();
+  CUresult r = check_init("cuStreamGetId", false);
+  if (r) RET(r);
+  if (!id) RET(violation(R_INVALID_VALUE, "cuStreamGetId(NULL)"));
+  uint64_t uid, *seq;
+  r = check_stream("cuStreamGetId", s, &uid, &seq);
+  if (r) RET(r);
+  *id = uid;
+  RET(R_OK);
+}
+
+/* ---- virtual memory ------------------------------------------------------------------------ */
+
+static CUresult check_vm(const char *fn) {
+  CUresult r = check_init(fn, false);
+  if (r) return r;
+  if (!G.cfg.vmm)
+    return violation(R_NOT_SUPPORTED, "%s on a device without virtual memory management "
+                                      "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0)", fn);
+  return R_OK;
+}
+
+static CUresult check_prop(const char *fn, const fk_prop *prop) {
+  if (!prop) return violation(R_INVALID_VALUE, "%s: no allocation properties", fn);
+  if (prop->type != 1) return violation(R_INVALID_VALUE, "%s: allocation type %d is not PINNED", fn, prop->type);
+  if (prop->loc.type != 1)
+    return violation(R_INVALID_VALUE, "%s: location type %d is not DEVICE", fn, prop->loc.type);
+  if (!ordinal_ok(prop->loc.id))
+    return violation(R_INVALID_DEVICE, "%s: location id %d is not a device ordinal", fn, prop->loc.id);
+  return R_OK;
+}
+
+API(CUresult, cuMemGetAllocationGranularity, (size_t *g, const fk_prop *prop, int option)) {
+  LOCK();
+  CUresult r = check_vm("cuMemGetAllocationGranularity");
+  if (r) RET(r);
+  r = check_prop("cuMemGetAllocationGranularity", prop);
+  if (r) RET(r);
+  if (!g || (option != 0 && option != 1))
+    RET(violation(R_INVALID_VALUE, "cuMemGetAllocationGranularity: option %d", option));
+  *g = (size_t)G.cfg.granularity;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemAddressReserve, (CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                     unsigned long long flags)) {
+  LOCK();
+  CUresult r = check_vm("cuMemAddressReserve");
+  if (r) RET(r);
+  uint64_t g = G.cfg.granularity;
+  if (!p) RET(violation(R_INVALID_VALUE, "cuMemAddressReserve(NULL)"));
+  if (size == 0 || size % g)
+    RET(violation(R_INVALID_VALUE, "cuMemAddressReserve: size %zu is not a non-zero multiple of the granule %llu",
+                  size, (unsigned long long)g));
+  if (align & (align - 1))
+    RET(violation(R_INVALID_VALUE, "cuMemAddressReserve: alignment %zu is not a power of two", align));
+  if (flags) RET(violation(R_INVALID_VALUE, "cuMemAddressReserve: flags 0x%llx", flags));
+  (void)addr; /* a hint; the fake never honours it */
+  *p = bump_va(size, align > g ? align : g);
+  PUSH(G.resvs, ((resv_rec){*p, size}));
+  G.c.address_reserve++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemAddressFree, (CUdeviceptr p, size_t size)) {
+  LOCK();
+  CUresult r = check_vm("cuMemAddressFree");
+  if (r) RET(r);
+  for (size_t i = 0; i < G.resvs.n; i++) {
+    if (G.resvs.v[i].base != p) continue;
+    if (G.resvs.v[i].size != size)
+      RET(violation(R_INVALID_VALUE, "cuMemAddressFree(0x%llx, %zu): the reservation is %llu bytes", p,
+                    size, (unsigned long long)G.resvs.v[i].size));
+    size_t k = map_lower(p);
+    if (k < G.maps.n && G.maps.v[k].va < p + size)
+      RET(violation(R_INVALID_VALUE, "cuMemAddressFree(0x%llx): mappings remain in the range", p));
+    DROP(G.resvs, i);
+    G.c.address_free++;
+    RET(R_OK);
+  }
+  RET(violation(R_INVALID_VALUE, "cuMemAddressFree(0x%llx, %zu): not a reservation", p, size));
+}
+
+API(CUresult, cuMemCreate, (CUhandle *h, size_t size, const fk_prop *prop, unsigned long long flags)) {
+  LOCK();
+  CUresult r = check_vm("cuMemCreate");
+  if (r) RET(r);
+  r = check_prop("cuMemCreate", prop);
+  if (r) RET(r);
+  uint64_t g = G.cfg.granularity;
+  if (!h) RET(violation(R_INVALID_VALUE, "cuMemCreate(NULL)"));
+  if (size == 0 || size % g)
+    RET(violation(R_INVALID_VALUE, "cuMemCreate: size %zu is not a non-zero multiple of the granule %llu",
+                  size, (unsigned long long)g));
+  if (flags) RET(violation(R_INVALID_VALUE, "cuMemCreate: flags 0x%llx", flags));
+  int d = prop->loc.id;
+  if (G.c.used[d] + size > dev_capacity()) RET(R_OOM);
+  *h = G.next_handle++;
+  PUSH(G.handles, ((handle_rec){*h, size, d, 0, false}));
+  use(d, size);
+  G.c.create++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemRelease, (CUhandle h)) {
+  LOCK();
+  CUresult r = check_vm("cuMemRelease");
+  if (r) RET(r);
+  size_t i;
+  handle_rec *hr = find_handle(h, &i);
+  if (!hr || hr->released)
+    RET(violation(R_INVALID_VALUE, "cuMemRelease(%llu): not a live memory handle", h));
+  hr->released = true;
+  handle_drop_if_done(i);
+  G.c.release++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemMap, (CUdeviceptr p, size_t size, size_t offset, CUhandle h,
+                          unsigned long long flags)) {
+  LOCK();
+  CUresult r = check_vm("cuMemMap");
+  if (r) RET(r);
+  uint64_t g = G.cfg.granularity;
+  handle_rec *hr = find_handle(h, NULL);
+  if (!hr || hr->released) RET(violation(R_INVALID_VALUE, "cuMemMap: handle %llu is not live", h));
+  if (flags) RET(violation(R_INVALID_VALUE, "cuMemMap: flags 0x%llx", flags));
+  if (size == 0 || size % g || p % g || offset % g)
+    RET(violation(R_INVALID_VALUE, "cuMemMap(0x%llx, %zu, offset %zu): not multiples of the granule %llu", p,
+                  size, offset, (unsigned long long)g));
+  if (offset > hr->size || size > hr->size - offset)
+    RET(violation(R_INVALID_VALUE, "cuMemMap: offset %zu + size %zu exceed the %llu-byte handle", offset, size,
+                  (unsigned long long)hr->size));
+  if (!resv_containing(p, size))
+    RET(violation(R_INVALID_VALUE, "cuMemMap(0x%llx, %zu): not inside one reservation", p, size));
+  size_t k = map_lower(p);
+  if (k < G.maps.n && G.maps.v[k].va < p + size)
+    RET(violation(R_INVALID_VALUE, "cuMemMap(0x%llx, %zu): overlaps the mapping at 0x%llx", p, size,
+                  G.maps.v[k].va));
+  map_rec m = {p, size, h, hr->dev, 0};
+  PUSH(G.maps, m); /* keep sorted: shift into place */
+  memmove(G.maps.v + k + 1, G.maps.v + k, (G.maps.n - 1 - k) * sizeof m);
+  G.maps.v[k] = m;
+  hr->maps++;
+  G.c.map++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemUnmap, (CUdeviceptr p, size_t size)) {
+  LOCK();
+  CUresult r = check_vm("cuMemUnmap");
+  if (r) RET(r);
+  size_t first, n;
+  if (!fully_mapped(p, size, &first, &n) || G.maps.v[first].va != p ||
+      G.maps.v[first + n - 1].va + G.maps.v[first + n - 1].size != p + size)
+    RET(violation(R_INVALID_VALUE, "cuMemUnmap(0x%llx, %zu): not exactly whole mappings", p, size));
+  for (size_t i = 0; i < G.work.n; i++)
+    if (overlaps(G.work.v[i].ptr, G.work.v[i].size, p, size)) {
+      violation(R_INVALID_VALUE, "cuMemUnmap(0x%llx, %zu) while work of stream %llu still uses it", p,
+                size, (unsigned long long)G.work.v[i].uid);
+      break;
+    }
+  for (size_t i = first; i < first + n; i++) {
+    size_t hi;
+    handle_rec *hr = find_handle(G.maps.v[i].h, &hi);
+    if (hr) {
+      hr->maps--;
+      handle_drop_if_done(hi);
+    }
+  }
+  memmove(G.maps.v + first, G.maps.v + first + n, (G.maps.n - first - n) * sizeof *G.maps.v);
+  G.maps.n -= n;
+  G.c.unmap++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemSetAccess, (CUdeviceptr p, size_t size, const fk_access *desc, size_t count)) {
+  LOCK();
+  CUresult r = check_vm("cuMemSetAccess");
+  if (r) RET(r);
+  size_t first, n;
+  if (!desc || count == 0) RET(violation(R_INVALID_VALUE, "cuMemSetAccess: no descriptors"));
+  if (!fully_mapped(p, size, &first, &n))
+    RET(violation(R_INVALID_VALUE, "cuMemSetAccess(0x%llx, %zu): the range is not entirely mapped", p, size));
+  for (size_t k = 0; k < count; k++) {
+    if (desc[k].loc.type != 1 || !ordinal_ok(desc[k].loc.id))
+      RET(violation(R_INVALID_DEVICE, "cuMemSetAccess: descriptor %zu names location %d/%d", k,
+                    desc[k].loc.type, desc[k].loc.id));
+    if (desc[k].flags != 0 && desc[k].flags != 1 && desc[k].flags != 3)
+      RET(violation(R_INVALID_VALUE, "cuMemSetAccess: flags %d", desc[k].flags));
+    for (size_t i = first; i < first + n; i++)
+      if (desc[k].loc.id != G.maps.v[i].dev && !G.cfg.peer)
+        RET(violation(R_INVALID_DEVICE, "cuMemSetAccess: device %d cannot access memory of device %d "
+                                        "(no peer capability)", desc[k].loc.id, G.maps.v[i].dev));
+  }
+  for (size_t k = 0; k < count; k++)
+    for (size_t i = first; i < first + n; i++) {
+      unsigned bit = 1u << desc[k].loc.id;
+      if (desc[k].flags == 3) G.maps.v[i].access |= bit;
+      else G.maps.v[i].access &= ~bit;
+    }
+  G.c.set_access++;
+  RET(R_OK);
+}
+
+/* ---- test hooks -------------------------------------------------------------------------------- */
+
+FX int fakecuda_launch(void *stream, unsigned long long p, size_t size) {
+  LOCK();
+  CUresult r = check_init("fakecuda_launch", true);
+  if (r) RET(r);
+  uint64_t uid, *seq;
+  r = check_stream("fakecuda_launch", stream, &uid, &seq);
+  if (r) RET(r);
+  int d = current_dev();
+  bool ok = false;
+  for (size_t i = 0; i < G.allocs.n && !ok; i++) {
+    alloc_rec *a = &G.allocs.v[i];
+    ok = p >= a->ptr && size <= a->size && p - a->ptr <= a->size - size;
+  }
+  size_t first, n;
+  if (!ok && fully_mapped(p, size, &first, &n)) {
+    ok = true;
+    for (size_t i = first; i < first + n; i++)
+      if (!(G.maps.v[i].access & (1u << d))) {
+        RET(violation(R_INVALID_VALUE, "work on device %d touches 0x%llx, mapped without access for it", d,
+                      G.maps.v[i].va));
+      }
+  }
+  if (!ok) RET(violation(R_INVALID_VALUE, "work touches [0x%llx, +%zu), which is not allocated", p, size));
+  work_rec *w = pending_on(p, size, uid, true);
+  if (w)
+    RET(violation(R_INVALID_VALUE, "work on stream %llu reuses [0x%llx, +%zu) while pending work of the "
+                                   "destroyed stream %llu still uses it",
+                  (unsigned long long)uid, p, size, (unsigned long long)w->uid));
+  PUSH(G.work, ((work_rec){uid, ++*seq, p, size, false}));
+  RET(R_OK);
+}
+
+FX void fakecuda_reset(void) {
+  LOCK();
+  clear_state();
+  load_config();
+  UNLOCK();
+}
+
+FX fakecuda_config_t *fakecuda_config(void) { return &G.cfg; }
+
+static void counts_locked(fakecuda_counts_t *out) {
+  *out = G.c;
+  out->allocations = G.allocs.n;
+  out->allocation_bytes = 0;
+  for (size_t i = 0; i < G.allocs.n; i++) out->allocation_bytes += G.allocs.v[i].size;
+  out->reservations = G.resvs.n;
+  out->mappings = G.maps.n;
+  out->handles = 0;
+  for (size_t i = 0; i < G.handles.n; i++) out->handles += !G.handles.v[i].released;
+  out->events = 0;
+  for (size_t i = 0; i < G.events.n; i++) out->events += G.events.v[i].live;
+  out->streams = 0;
+  for (size_t i = 0; i < G.streams.n; i++) out->streams += G.streams.v[i].live;
+  out->host_allocations = G.hosts.n;
+  out->contexts_retained = 0;
+  for (int i = 0; i < MAXDEV; i++) out->contexts_retained += (uint64_t)G.retains[i];
+  out->pending_work = G.work.n;
+}
+
+FX void fakecuda_counts(fakecuda_counts_t *out) {
+  LOCK();
+  counts_locked(out);
+  UNLOCK();
+}
+
+FX uint64_t fakecuda_violations(void) {
+  LOCK();
+  uint64_t v = G.c.violations;
+  UNLOCK();
+  return v;
+}
+
+static uint64_t held_of(const fakecuda_counts_t *c) {
+  return c->allocations + c->reservations + c->mappings + c->handles + c->events + c->streams +
+         c->contexts_retained + c->contexts_pushed + c->host_allocations;
+}
+
+FX uint64_t fakecuda_held(void) {
+  fakecuda_counts_t c;
+  fakecuda_counts(&c);
+  return held_of(&c);
+}
+
+FX const char *fakecuda_last_violation(void) {
+  LOCK();
+  const char *s = G.nlast ? G.last[(G.nlast - 1) % 8] : "";
+  UNLOCK();
+  return s;
+}
+
+FX size_t fakecuda_report(char *buf, size_t cap) {
+  LOCK();
+  fakecuda_counts_t c;
+  counts_locked(&c);
+  size_t len = 0;
+#define OUT(...)                                                                  \
+  do {                                                                            \
+    size_t room__ = len < cap ? cap - len : 0;                                    \
+    int n__ = snprintf(room__ ? buf + len : NULL, room__, __VA_ARGS__);           \
+    if (n__ > 0) len += (size_t)n__;                                              \
+  } while (0)
+  if (buf && cap) buf[0] = '\0';
+  OUT("violations=%llu\nheld=%llu\n", (unsigned long long)c.violations,
+      (unsigned long long)held_of(&c));
+#define F(name) OUT(#name "=%llu\n", (unsigned long long)c.name)
+  F(allocations); F(allocation_bytes); F(reservations); F(mappings); F(handles); F(events);
+  F(streams); F(host_allocations); F(contexts_retained); F(contexts_pushed); F(pending_work);
+  F(mem_alloc); F(mem_free); F(mem_alloc_async); F(mem_free_async); F(mem_alloc_host);
+  F(mem_free_host); F(address_reserve); F(address_free); F(create); F(release); F(map); F(unmap);
+  F(set_access); F(event_create); F(event_record); F(event_query); F(event_sync); F(event_destroy);
+  F(stream_create); F(stream_destroy); F(stream_sync); F(ctx_sync); F(ctx_push); F(ctx_pop);
+  F(retains); F(releases); F(get_attribute); F(mem_get_info);
+#undef F
+  for (int d = 0; d < G.cfg.devices; d++)
+    OUT("device%d_peak_bytes=%llu\n", d, (unsigned long long)c.used_peak[d]);
+  unsigned shown = G.nlast < 8 ? G.nlast : 8;
+  for (unsigned i = 0; i < shown; i++) OUT("violation: %s\n", G.last[(G.nlast - shown + i) % 8]);
+#undef OUT
+  UNLOCK();
+  return len;
+}
+
+static void write_report_at_exit(void) {
+  const char *path = getenv("FAKECUDA_REPORT");
+  if (!path || !*path) return;
+  size_t n = fakecuda_report(NULL, 0);
+  char *buf = malloc(n + 1);
+  if (!buf) return;
+  fakecuda_report(buf, n + 1);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(buf, f);
+    fclose(f);
+  }
+  free(buf);
+}
