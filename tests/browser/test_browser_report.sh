@@ -189,6 +189,12 @@ if [ -n "$SHARED" ] && [ -f "$BIG" ]; then
     grep '^metric ' "$OUT/large-selftest.txt" | sed 's/^metric //'
   } >"$OUT/metrics.txt"
   fcp=$(sed -n 's/^first_contentful_paint_ms=//p' "$OUT/metrics.txt")
+  # Under heavy load Chromium may report no paint entry before the self-test
+  # reads them: then the first paint, else the page's own "charts drawn" time
+  # stands in (it comes after the first paint).
+  [ -n "$fcp" ] || fcp=$(sed -n 's/^first_paint_ms=//p' "$OUT/metrics.txt")
+  [ -n "$fcp" ] || { fcp=$(sed -n 's/^charts_ready_ms=//p' "$OUT/metrics.txt");
+                     [ -n "$fcp" ] && echo "# no paint entry reported; using the time the charts were drawn"; }
   echo "# metrics: $(tr '\n' ' ' <"$OUT/metrics.txt")"
   if [ -n "$fcp" ]; then
     awk -v v="$fcp" 'BEGIN { exit !(v < 10000) }' && ok "large: first contentful paint ${fcp} ms (< 10 s)" \
