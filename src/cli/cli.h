@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cubemem/config.h"
 #include "cubemem/cubemem.h"
@@ -76,6 +77,13 @@ void cli_fmt_grouped(uint64_t v, char *buf, size_t cap);
 void cli_fmt_device(uint64_t b, char *buf, size_t cap);
 /* Measured bytes (peaks, reserved) are cm_format_bytes: "1.18 GB". */
 
+/* The two trace lines of every report ("N events: ...", "peak live ..."),
+ * plus a line when the trace has nothing to replay. */
+void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
+/* "device sim, 80 GiB (85.90 GB), max page 20 GiB, alignment 512[, extra]" */
+void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
+                      const char *extra);
+
 /* ---- configuration ------------------------------------------------------------------ */
 
 /* Load the configuration into cfg (initialised by the caller): the file at
@@ -86,6 +94,12 @@ void cli_fmt_device(uint64_t b, char *buf, size_t cap);
  * position once. Returns 0 or 1. */
 int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
                     char *used, size_t used_cap);
+/* Print the warnings of cm_config_lint_file for the file cfg was loaded from
+ * ("PREFIXwarning: file:line:col: ..."); returns their number. */
+size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg);
+/* Print "PREFIXfile:line:col: message" naming the location once, whether or
+ * not d->message already starts with it. */
+void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d);
 
 /* ---- traces --------------------------------------------------------------------------- */
 

@@ -389,17 +389,34 @@ static bool is_burn(const char *path) {
   return !strcmp(b, "burn.toml") || !strcmp(b, "Burn.toml");
 }
 
-static void print_config_error(const char *cmd, const char *path, const cm_diag_t *d) {
+void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d) {
   const char *file = d->file[0] ? d->file : path;
-  /* library messages for I/O errors already start with the path */
-  const char *msg = d->message;
-  size_t fl = strlen(file);
-  if (!strncmp(msg, file, fl) && msg[fl] == ':') msg += fl + 1;
-  while (*msg == ' ') msg++;
-  if (d->line)
-    fprintf(stderr, "cubemem %s: %s:%u:%u: %s\n", cmd, file, d->line, d->column, msg);
+  const char *msg = d->message[0] ? d->message : cm_strerror(d->code);
+  size_t fl = file ? strlen(file) : 0;
+  /* the library's messages already start with "file:line:col:" - name it once */
+  if ((fl && !strncmp(msg, file, fl) && msg[fl] == ':') || !file)
+    fprintf(f, "%s%s\n", prefix, msg);
+  else if (d->line)
+    fprintf(f, "%s%s:%u:%u: %s\n", prefix, file, d->line, d->column, msg);
   else
-    fprintf(stderr, "cubemem %s: %s: %s\n", cmd, file, msg[0] ? msg : cm_strerror(d->code));
+    fprintf(f, "%s%s: %s\n", prefix, file, msg);
+}
+
+static void print_config_error(const char *cmd, const char *path, const cm_diag_t *d) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+  cli_print_located(stderr, prefix, path, d);
+}
+
+static void on_warning(void *arg, const cm_diag_t *w) {
+  fprintf(stderr, "%swarning: %s\n", (const char *)arg, w->message);
+}
+
+size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg) {
+  size_t n = 0;
+  if (!cfg->path) return 0;
+  if (cm_config_lint_file(cfg->path, cfg->section, on_warning, (void *)prefix, &n) != CM_OK) return 0;
+  return n;
 }
 
 int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
@@ -433,6 +450,9 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
       return 1;
     }
   }
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+  cli_config_warnings(prefix, cfg);
   if (used && used_cap && cfg->path) {
     if (cfg->section) snprintf(used, used_cap, "%s [%s]", cfg->path, cfg->section);
     else snprintf(used, used_cap, "%s", cfg->path);
@@ -495,4 +515,31 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
   else if (t->allocs == 0)
     fprintf(stderr, "%s: warning: the trace has no allocations\n", path);
   return 0;
+}
+
+/* ---- report pieces ------------------------------------------------------------------------ */
+
+void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
+  char a[32], b[32];
+  cli_fmt_grouped(t->count, b, sizeof b);
+  fprintf(f, "        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+             " live at the end; peak %" PRIu64 " live at once\n",
+          b, t->allocs, t->frees, t->live_at_end, t->peak_live_count);
+  cm_format_bytes(t->peak_live_bytes, a, sizeof a);
+  cli_fmt_grouped(t->peak_live_bytes, b, sizeof b);
+  fprintf(f, "        peak live %s (%s bytes), largest allocation ", a, b);
+  cm_format_bytes(t->max_alloc_size, a, sizeof a);
+  fprintf(f, "%s\n", a);
+  if (t->count == 0)
+    fprintf(f, "        the trace %s: nothing was replayed\n",
+            t->lines == 0 ? "is empty" : "has no allocations");
+}
+
+void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
+                      const char *extra) {
+  char a[64], b[32];
+  cli_fmt_device(capacity, a, sizeof a);
+  cli_fmt_iec(props.max_page_size, b, sizeof b);
+  fprintf(f, "device  %s, %s, max page %s, alignment %" PRIu64 "%s%s\n", device, a, b,
+          props.alignment, extra && *extra ? ", " : "", extra ? extra : "");
 }

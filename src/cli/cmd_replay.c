@@ -146,7 +146,6 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
 
 static void fmt_bytes(uint64_t b, char *buf, size_t cap) { cm_format_bytes(b, buf, cap); }
 
-static void fmt_iec(uint64_t b, char *buf, size_t cap) { cli_fmt_iec(b, buf, cap); }
 static void fmt_grouped(uint64_t v, char *buf, size_t cap) { cli_fmt_grouped(v, buf, cap); }
 
 static void json_string(FILE *f, const char *s) {
@@ -341,18 +340,7 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
                        const run_t *runs, size_t n, const env_t *env) {
   char c[MAX_LAYOUTS][64], a[32], b[32];
   printf("trace   %s\n", tname);
-  fmt_grouped(t->count, b, sizeof b);
-  printf("        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-         " live at the end; peak %" PRIu64 " live at once\n",
-         b, t->allocs, t->frees, t->live_at_end, t->peak_live_count);
-  fmt_bytes(t->peak_live_bytes, a, sizeof a);
-  fmt_grouped(t->peak_live_bytes, b, sizeof b);
-  printf("        peak live %s (%s bytes), largest allocation ", a, b);
-  fmt_bytes(t->max_alloc_size, a, sizeof a);
-  printf("%s\n", a);
-  if (t->count == 0)
-    printf("        the trace %s: nothing was replayed\n",
-           t->lines == 0 ? "is empty" : "has no allocations");
+  cli_print_trace_summary(stdout, t);
   if (env->tinfo && env->tinfo->is_snapshot) {
     const cm_snapshot_info_t *si = &env->tinfo->snap;
     fmt_bytes(si->reserved_bytes, a, sizeof a);
@@ -365,13 +353,9 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
            " 'allocate failure' rows, %" PRIu64 " re-allocated live pointers, %" PRIu64
            " malformed lines skipped\n",
            t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
-  char a2[32];
-  fmt_iec(env->capacity, a, sizeof a);
-  fmt_bytes(env->capacity, a2, sizeof a2);
-  printf("device  %s, %s (%s), max page ", env->o->device, a, a2);
-  fmt_iec(env->props.max_page_size, a, sizeof a);
-  printf("%s, alignment %" PRIu64 ", persistent memory %s\n", a, env->props.alignment,
-         cm_config_persistent_memory_name(env->cfg->persistent_memory));
+  snprintf(b, sizeof b, "persistent memory %s",
+           cm_config_persistent_memory_name(env->cfg->persistent_memory));
+  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
   printf("config  %s\n\n", env->o->config_used);
 
   size_t width = 12;
