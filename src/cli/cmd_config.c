@@ -43,9 +43,9 @@ static void on_skip(void *arg, const char *path, const char *section, const cm_d
   (void)arg;
   char prefix[600];
   if (section)
-    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring section [%s]: ", section);
+    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring section [%s] of ", section);
   else
-    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring the file: ");
+    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring ");
   cli_print_located(stderr, prefix, path, err);
 }
 
