@@ -165,7 +165,8 @@ CM_API CM_NODISCARD int cm_trace_parse_snapshot(const void *buf, size_t len,
                                                 cm_diag_t *diag);
 /* Read `path` ('-' = standard input) and load it as a trace: a snapshot when
  * cm_snapshot_detect says so (then *is_snapshot is true and info is filled),
- * else RMM CSV. snap_opts may be NULL (defaults, with parse options `opts`);
+ * else RMM CSV (a file named *.pickle or *.pkl that is not a protocol 2-5
+ * pickle is CM_EPARSE, not read as CSV). snap_opts may be NULL (defaults, with parse options `opts`);
  * info and is_snapshot may be NULL. diag->file receives the path on errors.
  * Errors: as cm_trace_load and cm_trace_parse_snapshot. Thread-safe. */
 CM_API CM_NODISCARD int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,

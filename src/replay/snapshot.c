@@ -416,6 +416,17 @@ int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
     if (fd < 0) return cm_trace_load(path, opts, out, diag); /* its message */
     unsigned char head[2];
     ssize_t k = pread(fd, head, 2, 0);
+    size_t pl = strlen(path);
+    bool pickle_name = (pl > 7 && !strcmp(path + pl - 7, ".pickle")) ||
+                       (pl > 4 && !strcmp(path + pl - 4, ".pkl"));
+    if (k >= 1 && pickle_name && !cm_snapshot_detect(head, (size_t)k)) {
+      close(fd);
+      cm__diag_set(diag, CM_EPARSE,
+                   "not a pickle of protocol 2 to 5 (torch.cuda.memory._dump_snapshot writes "
+                   "those; protocols 0 and 1 are not read)");
+      if (diag) snprintf(diag->file, sizeof diag->file, "%s", path);
+      return CM_EPARSE;
+    }
     if (k != 2 || !cm_snapshot_detect(head, 2)) {
       close(fd);
       return cm_trace_load(path, opts, out, diag); /* CSV: mapped, not copied */
