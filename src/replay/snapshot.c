@@ -203,7 +203,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
     const cm_pv_t *e = trace->items[i];
     if (e->kind != CM_PV_DICT) continue;
     const cm_pv_t *action = cm_pv_get(e, "action");
-    int64_t t, addr, size, stream;
+    int64_t t = 0, addr = 0, size = 0, stream = 0;
     const cm_pv_t *tv = cm_pv_get(e, "time_us");
     bool has_t = tv && tv->kind != CM_PV_NONE;
     if (!num(tv, 0, &t)) {
@@ -244,7 +244,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
   /* active blocks at dump that the trace does not account for */
   for (size_t i = 0; rc == CM_OK && segs && i < segs->n; i++) {
     const cm_pv_t *seg = segs->items[i];
-    int64_t d, addr, total;
+    int64_t d = 0, addr = 0, total = 0;
     if (seg->kind != CM_PV_DICT) continue;
     if (!num(cm_pv_get(seg, "device"), 0, &d)) {
       rc = bad_field(diag, "segment", "device", i);
@@ -270,7 +270,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
     for (size_t j = 0; j < blocks->n; j++) {
       const cm_pv_t *b = blocks->items[j];
       if (b->kind != CM_PV_DICT) continue;
-      int64_t size, baddr, req;
+      int64_t size = 0, baddr = 0, req = 0;
       if (!num(cm_pv_get(b, "size"), 0, &size) || size < 0 || !num(cm_pv_get(b, "address"), addr, &baddr) ||
           baddr < 0) {
         rc = bad_field(diag, "block of segment", "size' or 'address", i);
