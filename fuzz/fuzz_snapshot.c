@@ -2,7 +2,7 @@
  * fuzz_snapshot.c - libFuzzer target for the restricted pickle reader and the
  * PyTorch snapshot conversion (cubemem/replay.h, src/replay/pickle.h).
  *
- * Each input goes through cm_pickle_parse: on success the value graph is
+ * Each input goes through cm__pickle_parse: on success the value graph is
  * walked (bounded: the memo can make it a DAG or a cycle) checking that
  * every string lies inside the input and every container's items are
  * non-NULL; on failure the status must be CM_EPARSE with a message. Then
@@ -50,11 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const cm_pv_t *root = NULL;
   cm_diag_t d;
   cm_diag_clear(&d);
-  int rc = cm_pickle_parse(buf, size, &doc, &root, &d);
+  int rc = cm__pickle_parse(buf, size, &doc, &root, &d);
   if (rc == CM_OK) {
     FUZZ_CHECK(root != NULL);
     walk(root, buf, buf + size, 0, 100000);
-    cm_pickle_free(doc);
+    cm__pickle_free(doc);
   } else {
     FUZZ_CHECK(rc == CM_EPARSE || rc == CM_ENOMEM);
     FUZZ_CHECK(d.message[0] != '\0');

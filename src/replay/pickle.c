@@ -8,8 +8,8 @@
  * they point into the input. Every length is checked against the bytes
  * left before it is used, so any input yields a value or an error.
  *
- * Exports cm_pickle_parse, cm_pickle_free, cm_pv_get, cm_pv_str_is,
- * cm_pv_str_starts.
+ * Exports cm__pickle_parse, cm__pickle_free, cm__pv_get, cm__pv_str_is,
+ * cm__pv_str_starts.
  */
 #include "replay/pickle.h"
 
@@ -76,7 +76,7 @@ static bool add_item(cm_pv_t *c, cm_pv_t *x) {
   return true;
 }
 
-void cm_pickle_free(cm_pickle_t *doc) {
+void cm__pickle_free(cm_pickle_t *doc) {
   if (!doc) return;
   for (chunk_t *c = doc->chunks, *next; c; c = next) {
     next = c->next;
@@ -128,10 +128,10 @@ static void set_long(cm_pv_t *v, const unsigned char *p, size_t n) {
   v->i = (int64_t)u;
 }
 
-int cm_pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv_t **root,
+int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv_t **root,
                     cm_diag_t *diag) {
   if (!out || !root || (!buf && len))
-    return cm__diag_set(diag, CM_EINVAL, "cm_pickle_parse: NULL argument");
+    return cm__diag_set(diag, CM_EINVAL, "cm__pickle_parse: NULL argument");
   *out = NULL;
   *root = NULL;
   cm_pickle_t *doc = calloc(1, sizeof *doc);
@@ -372,7 +372,7 @@ out:
   free(memo.p);
   free(marks);
   if (rc != CM_OK) {
-    cm_pickle_free(doc);
+    cm__pickle_free(doc);
     *root = NULL;
     if (rc == CM_ENOMEM) return cm__diag_set(diag, rc, "out of memory reading the pickle");
     return cm__diag_set(diag, rc, "%s", msg);
@@ -386,19 +386,19 @@ out:
 #undef TOP_NEEDED
 }
 
-bool cm_pv_str_is(const cm_pv_t *v, const char *s) {
+bool cm__pv_str_is(const cm_pv_t *v, const char *s) {
   size_t n = strlen(s);
   return v && v->kind == CM_PV_STR && v->n == n && memcmp(v->s, s, n) == 0;
 }
 
-bool cm_pv_str_starts(const cm_pv_t *v, const char *prefix) {
+bool cm__pv_str_starts(const cm_pv_t *v, const char *prefix) {
   size_t n = strlen(prefix);
   return v && v->kind == CM_PV_STR && v->n >= n && memcmp(v->s, prefix, n) == 0;
 }
 
-const cm_pv_t *cm_pv_get(const cm_pv_t *d, const char *key) {
+const cm_pv_t *cm__pv_get(const cm_pv_t *d, const char *key) {
   if (!d || d->kind != CM_PV_DICT) return NULL;
   for (size_t i = d->n; i >= 2; i -= 2)
-    if (cm_pv_str_is(d->items[i - 2], key)) return d->items[i - 1];
+    if (cm__pv_str_is(d->items[i - 2], key)) return d->items[i - 1];
   return NULL;
 }

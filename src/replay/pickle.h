@@ -9,9 +9,9 @@
  * buffers) is refused with CM_EPARSE and a message naming it, so reading a
  * pickle never runs code and only yields plain data.
  *
- * Ownership: cm_pickle_parse returns a document that owns every value; the
+ * Ownership: cm__pickle_parse returns a document that owns every value; the
  * strings of str/bytes values point into the caller's input buffer, which
- * must outlive the document. Free it with cm_pickle_free.
+ * must outlive the document. Free it with cm__pickle_free.
  * Thread-safety: a document is immutable after parsing; distinct documents
  * are independent.
  */
@@ -49,16 +49,16 @@ typedef struct cm_pickle cm_pickle_t;
 /* Parse `len` bytes. On success *out owns the values and *root is the
  * top-level value. Errors: CM_EPARSE ("refusing opcode GLOBAL ...", "truncated
  * pickle at byte N", ...), CM_ENOMEM, CM_EINVAL (NULL arguments). */
-CM_NODISCARD int cm_pickle_parse(const char *buf, size_t len, cm_pickle_t **out,
+CM_NODISCARD int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out,
                                  const cm_pv_t **root, cm_diag_t *diag);
 /* Free a document. NULL ok. */
-void cm_pickle_free(cm_pickle_t *doc);
+void cm__pickle_free(cm_pickle_t *doc);
 
 /* The value of string key `key` in dict `d`, or NULL (also when d is not a
  * dict). The last binding wins, as in Python. */
-const cm_pv_t *cm_pv_get(const cm_pv_t *d, const char *key);
+const cm_pv_t *cm__pv_get(const cm_pv_t *d, const char *key);
 /* True when v is a str equal to / starting with `s`. */
-bool cm_pv_str_is(const cm_pv_t *v, const char *s);
-bool cm_pv_str_starts(const cm_pv_t *v, const char *prefix);
+bool cm__pv_str_is(const cm_pv_t *v, const char *s);
+bool cm__pv_str_starts(const cm_pv_t *v, const char *prefix);
 
 #endif

@@ -149,8 +149,8 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
                    cm_snapshot_info_t *info, cm_diag_t *diag) {
   const cm_pv_t *segs = NULL, *traces = NULL;
   if (snap->kind == CM_PV_DICT) {
-    segs = cm_pv_get(snap, "segments");
-    traces = cm_pv_get(snap, "device_traces");
+    segs = cm__pv_get(snap, "segments");
+    traces = cm__pv_get(snap, "device_traces");
     if (!segs && !traces)
       return cm__diag_set(diag, CM_EPARSE,
                           "not a memory snapshot: the dict has neither 'segments' nor "
@@ -179,7 +179,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
   int device_count = (int)ntraces;
   for (size_t i = 0; segs && i < segs->n; i++) {
     int64_t d;
-    if (segs->items[i]->kind == CM_PV_DICT && num(cm_pv_get(segs->items[i], "device"), 0, &d) &&
+    if (segs->items[i]->kind == CM_PV_DICT && num(cm__pv_get(segs->items[i], "device"), 0, &d) &&
         d >= 0 && d < 1 << 20 && d + 1 > device_count)
       device_count = (int)d + 1;
   }
@@ -202,9 +202,9 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
   for (size_t i = 0; i < n && rc == CM_OK; i++) {
     const cm_pv_t *e = trace->items[i];
     if (e->kind != CM_PV_DICT) continue;
-    const cm_pv_t *action = cm_pv_get(e, "action");
+    const cm_pv_t *action = cm__pv_get(e, "action");
     int64_t t = 0, addr = 0, size = 0, stream = 0;
-    const cm_pv_t *tv = cm_pv_get(e, "time_us");
+    const cm_pv_t *tv = cm__pv_get(e, "time_us");
     bool has_t = tv && tv->kind != CM_PV_NONE;
     if (!num(tv, 0, &t)) {
       rc = bad_field(diag, "trace entry", "time_us", i);
@@ -213,14 +213,14 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
     if (has_t && !have_t0) t0 = t, have_t0 = true;
     int64_t rel = has_t ? t - t0 : 0;
     if (rel < 0) rel = 0;
-    if (!num(cm_pv_get(e, "addr"), 0, &addr) || addr < 0) rc = bad_field(diag, "trace entry", "addr", i);
-    else if (!num(cm_pv_get(e, "size"), 0, &size) || size < 0) rc = bad_field(diag, "trace entry", "size", i);
-    else if (!num(cm_pv_get(e, "stream"), 0, &stream) || stream < 0) rc = bad_field(diag, "trace entry", "stream", i);
+    if (!num(cm__pv_get(e, "addr"), 0, &addr) || addr < 0) rc = bad_field(diag, "trace entry", "addr", i);
+    else if (!num(cm__pv_get(e, "size"), 0, &size) || size < 0) rc = bad_field(diag, "trace entry", "size", i);
+    else if (!num(cm__pv_get(e, "stream"), 0, &stream) || stream < 0) rc = bad_field(diag, "trace entry", "stream", i);
     if (rc) break;
     row_t r = {(uint64_t)rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
-    if (cm_pv_str_is(action, "alloc")) {
+    if (cm__pv_str_is(action, "alloc")) {
       if (cm__u64map_put(&live, KEY(r.addr), SIZE_VAL(r.size)) || !rows_push(&ev, r)) rc = CM_ENOMEM;
-    } else if (cm_pv_str_is(action, free_action)) {
+    } else if (cm__pv_str_is(action, free_action)) {
       void *sv = cm__u64map_remove(&live, KEY(r.addr));
       r.action = ROW_FREE;
       if (sv) {
@@ -234,7 +234,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
         continue; /* a second free of an unknown pointer: nothing to free */
       }
       if (!rc && !rows_push(&ev, r)) rc = CM_ENOMEM;
-    } else if (cm_pv_str_is(action, "oom")) {
+    } else if (cm__pv_str_is(action, "oom")) {
       r.action = ROW_FAIL;
       r.addr = 0;
       info->oom_entries++;
@@ -246,22 +246,22 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
     const cm_pv_t *seg = segs->items[i];
     int64_t d = 0, addr = 0, total = 0;
     if (seg->kind != CM_PV_DICT) continue;
-    if (!num(cm_pv_get(seg, "device"), 0, &d)) {
+    if (!num(cm__pv_get(seg, "device"), 0, &d)) {
       rc = bad_field(diag, "segment", "device", i);
       break;
     }
     if (d != device) continue;
-    if (!num(cm_pv_get(seg, "address"), 0, &addr) || addr < 0) {
+    if (!num(cm__pv_get(seg, "address"), 0, &addr) || addr < 0) {
       rc = bad_field(diag, "segment", "address", i);
       break;
     }
-    if (!num(cm_pv_get(seg, "total_size"), 0, &total) || total < 0) {
+    if (!num(cm__pv_get(seg, "total_size"), 0, &total) || total < 0) {
       rc = bad_field(diag, "segment", "total_size", i);
       break;
     }
     info->segments++;
     info->reserved_bytes += (uint64_t)total;
-    const cm_pv_t *blocks = cm_pv_get(seg, "blocks");
+    const cm_pv_t *blocks = cm__pv_get(seg, "blocks");
     if (!blocks || blocks->kind == CM_PV_NONE) continue;
     if (blocks->kind != CM_PV_LIST) {
       rc = cm__diag_set(diag, CM_EPARSE, "not a memory snapshot: segment %zu 'blocks' is not a list", i);
@@ -271,13 +271,13 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
       const cm_pv_t *b = blocks->items[j];
       if (b->kind != CM_PV_DICT) continue;
       int64_t size = 0, baddr = 0, req = 0;
-      if (!num(cm_pv_get(b, "size"), 0, &size) || size < 0 || !num(cm_pv_get(b, "address"), addr, &baddr) ||
+      if (!num(cm__pv_get(b, "size"), 0, &size) || size < 0 || !num(cm__pv_get(b, "address"), addr, &baddr) ||
           baddr < 0) {
         rc = bad_field(diag, "block of segment", "size' or 'address", i);
         break;
       }
-      if (cm_pv_str_starts(cm_pv_get(b, "state"), "active_allocated")) {
-        if (!num(cm_pv_get(b, "requested_size"), size, &req) || req < 0) {
+      if (cm__pv_str_starts(cm__pv_get(b, "state"), "active_allocated")) {
+        if (!num(cm__pv_get(b, "requested_size"), size, &req) || req < 0) {
           rc = bad_field(diag, "block of segment", "requested_size", i);
           break;
         }
@@ -307,7 +307,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
                         device_count == 1 ? "" : "s");
   }
   if (rc == CM_OK) {
-    qsort(pre.r, pre.n, sizeof *pre.r, cmp_addr);
+    if (pre.n) qsort(pre.r, pre.n, sizeof *pre.r, cmp_addr);
     sb_printf(out, "Thread,Time,Action,Pointer,Size,Stream\n");
     for (size_t i = 0; i < pre.n; i++) emit(out, &pre.r[i]);
     for (size_t i = 0; i < ev.n; i++) emit(out, &ev.r[i]);
@@ -337,11 +337,11 @@ int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t 
                         "not a pickle (a snapshot starts with the PROTO opcode, protocol 2 to 5)");
   cm_pickle_t *doc = NULL;
   const cm_pv_t *root = NULL;
-  int rc = cm_pickle_parse(buf, len, &doc, &root, diag);
+  int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
   if (rc) return rc;
   sbuf_t out = {0};
   rc = convert(root, opts, &out, &tmp, diag);
-  cm_pickle_free(doc);
+  cm__pickle_free(doc);
   if (info) *info = tmp;
   if (rc) {
     free(out.p);

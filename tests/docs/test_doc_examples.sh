@@ -18,6 +18,10 @@ CC=${CC:-cc}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 python3 "$SRC/tools/doc_examples.py" "$TMP" "$SRC/README.md" "$SRC"/docs/*.md >"$TMP/list" || exit 1
+# a sanitizer build's static library needs the sanitizer runtimes to link
+SAN=$(sed -n 's/^CM_SANITIZE:STRING=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | tr ';' ',')
+LINKFLAGS=()
+[ -n "$SAN" ] && LINKFLAGS=(-fsanitize="$SAN")
 fail=0 n=0
 while read -r file origin; do
   if "$CC" -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$SRC/include" -c "$file" -o "$file.o" 2>"$file.err"; then
@@ -25,7 +29,7 @@ while read -r file origin; do
     n=$((n + 1))
     # a complete program (the README's example) must also link and run
     if grep -q '^int main(' "$file" && [ -f "$BUILD/libcubemem.a" ]; then
-      if "$CC" -o "$file.bin" "$file.o" "$BUILD/libcubemem.a" -lpthread -ldl -lm 2>"$file.err" \
+      if "$CC" "${LINKFLAGS[@]}" -o "$file.bin" "$file.o" "$BUILD/libcubemem.a" -lpthread -ldl -lm 2>"$file.err" \
          && "$file.bin" >"$file.out" 2>&1; then
         echo "ok $origin links and runs: $(head -1 "$file.out")"
       else

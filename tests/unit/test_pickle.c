@@ -24,7 +24,7 @@
 
 static int parse(const char *b, size_t n, cm_pickle_t **doc, const cm_pv_t **root, cm_diag_t *d) {
   cm_diag_clear(d);
-  return cm_pickle_parse(b, n, doc, root, d);
+  return cm__pickle_parse(b, n, doc, root, d);
 }
 
 static void ints_floats_strings(void) {
@@ -42,19 +42,19 @@ static void ints_floats_strings(void) {
   ASSERT_OK(parse(P(b), &doc, &r, &d));
   ASSERT(r->kind == CM_PV_DICT);
   EXPECT_EQ(r->n, 14);
-  EXPECT_EQ(cm_pv_get(r, "a")->i, 1);
-  EXPECT(cm_pv_get(r, "b")->i == -1);
-  EXPECT_EQ(cm_pv_get(r, "c")->i, 1ull << 40);
-  EXPECT(cm_pv_get(r, "d")->i == -1 && !cm_pv_get(r, "d")->big);
-  EXPECT(cm_pv_get(r, "e")->kind == CM_PV_FLOAT && cm_pv_get(r, "e")->f == 1.5);
-  const cm_pv_t *f = cm_pv_get(r, "f");
+  EXPECT_EQ(cm__pv_get(r, "a")->i, 1);
+  EXPECT(cm__pv_get(r, "b")->i == -1);
+  EXPECT_EQ(cm__pv_get(r, "c")->i, 1ull << 40);
+  EXPECT(cm__pv_get(r, "d")->i == -1 && !cm__pv_get(r, "d")->big);
+  EXPECT(cm__pv_get(r, "e")->kind == CM_PV_FLOAT && cm__pv_get(r, "e")->f == 1.5);
+  const cm_pv_t *f = cm__pv_get(r, "f");
   EXPECT(f->kind == CM_PV_BYTES && f->n == 2 && !memcmp(f->s, "xy", 2));
-  EXPECT(cm_pv_get(r, "g")->big);
-  EXPECT(cm_pv_get(r, "zz") == NULL);
-  EXPECT(cm_pv_str_is(r->items[0], "a"));
-  EXPECT(cm_pv_str_starts(r->items[0], ""));
-  EXPECT(!cm_pv_str_is(r->items[1], "a")); /* an int is no string */
-  cm_pickle_free(doc);
+  EXPECT(cm__pv_get(r, "g")->big);
+  EXPECT(cm__pv_get(r, "zz") == NULL);
+  EXPECT(cm__pv_str_is(r->items[0], "a"));
+  EXPECT(cm__pv_str_starts(r->items[0], ""));
+  EXPECT(!cm__pv_str_is(r->items[1], "a")); /* an int is no string */
+  cm__pickle_free(doc);
 }
 
 static void containers_memo_and_stack_ops(void) {
@@ -85,13 +85,13 @@ static void containers_memo_and_stack_ops(void) {
   EXPECT(r->items[7]->kind == CM_PV_SET && r->items[7]->items[0]->i == 5);
   const cm_pv_t *l = r->items[8];
   EXPECT(l->kind == CM_PV_LIST && l->n == 1 && l->items[0] == l); /* contains itself */
-  cm_pickle_free(doc);
+  cm__pickle_free(doc);
 
   /* the last binding of a key wins, as in Python */
   static const char dup[] = "\x80\x02}(X\x01\x00\x00\x00kK\x01X\x01\x00\x00\x00kK\x02u.";
   ASSERT_OK(parse(P(dup), &doc, &r, &d));
-  EXPECT_EQ(cm_pv_get(r, "k")->i, 2);
-  cm_pickle_free(doc);
+  EXPECT_EQ(cm__pv_get(r, "k")->i, 2);
+  cm__pickle_free(doc);
 }
 
 static void refuses_code(void) {
@@ -152,7 +152,7 @@ static void malformed(void) {
   }
   cm_pickle_t *doc;
   const cm_pv_t *r;
-  EXPECT_STATUS(cm_pickle_parse(NULL, 1, &doc, &r, NULL), CM_EINVAL);
+  EXPECT_STATUS(cm__pickle_parse(NULL, 1, &doc, &r, NULL), CM_EINVAL);
 }
 
 /* {'device_traces': [[{'action': 'alloc', 'addr': 4096, 'size': 16, 'time_us': 5},
