@@ -80,7 +80,10 @@ int cm_cli_check_config(int argc, char **argv) {
     } else if (!strcmp(a, "--lenient")) {
       lenient = true;
     } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "check-config: unknown option '%s'\n\n", a);
+      static const char *const all[] = {"--lenient", "--help"};
+      const char *s = cli_suggest(a, all, 2);
+      if (s) fprintf(stderr, "check-config: unknown option '%s'; did you mean '%s'?\n\n", a, s);
+      else fprintf(stderr, "check-config: unknown option '%s'\n\n", a);
       usage(stderr);
       return 2;
     } else if (path) {

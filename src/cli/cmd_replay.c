@@ -136,9 +136,13 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
     }
     return rc;
   }
-  if (diag)
+  if (diag) {
+    static const char *const names[] = {"sim", "cuda", "cuda:sync", "cuda:async"};
+    const char *s = cli_suggest(device, names, 4);
     snprintf(diag->message, sizeof diag->message,
-             "unknown device '%s' (use sim, cuda, cuda:sync or cuda:async)", device);
+             "unknown device '%s'%s%s%s (use sim, cuda, cuda:sync or cuda:async)", device,
+             s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+  }
   return CM_ENOTSUP;
 }
 

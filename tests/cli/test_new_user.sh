@@ -98,6 +98,12 @@ has "an unknown key suggests page=" "$TMP/err" "did you mean 'page='?"
 "$CM" replay --pools 'sliced:page=8MiB,cap=1MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "messages use the names users type" "$TMP/err" "cap= (1048576) is smaller than page= (8388608)"
 hasnt "never internal field names" "$TMP/err" "max_pool_size"
+"$CM" check-config --lenent >/dev/null 2>"$TMP/err"; rc_is "check-config --lenent" $? 2
+has "check-config suggests --lenient" "$TMP/err" "did you mean '--lenient'?"
+"$CM" replay --device smi "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--device smi" $? 1
+has "a misspelt device" "$TMP/err" "did you mean 'sim'?"
+"$CM" replay --persistent-memory disabld "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--persistent-memory disabld" $? 2
+has "a misspelt mode" "$TMP/err" 'did you mean "disabled"?'
 "$CM" replyy "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "a misspelt command" "$TMP/err" "did you mean 'replay'?"
 
