@@ -52,6 +52,8 @@ fuzz:
 # (instructions per replay operation on cpu/torch-cpu-mobilenet-train).
 bench: build
 	bash bench/replay
+	bash bench/fit $(BUILD) > bench/results/fit.md
+	bash bench/objects $(BUILD) > bench/results/objects.md
 	bash bench/callgrind-report.sh $(BUILD) > bench/results/callgrind.md
 
 clean:

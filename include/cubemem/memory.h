@@ -101,6 +101,10 @@ typedef struct cm_pool_options {
   bool has_dealloc_period;
   uint64_t reclaim_at; /* direct: watermark in bytes (has_reclaim_at) */
   bool has_reclaim_at;
+  /* arena on a virtual-memory storage: the largest physical memory object
+   * (one driver allocation, mapped and unmapped whole) in bytes, rounded up to
+   * the granularity (0 = the arena's default) */
+  uint64_t max_object_size;
 } cm_pool_options_t;
 
 #define CM_MAX_DYNAMIC_POOLS 254u

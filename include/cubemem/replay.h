@@ -195,6 +195,10 @@ typedef struct cm_replay_options {
   void (*progress)(void *arg, uint64_t done, uint64_t total);
   void *progress_arg;
   uint64_t progress_every;
+  /* Stop at the first failed reservation (the rest of the trace is not
+   * replayed; `events` says how far it went). For searches such as
+   * cm_replay_fit that only ask whether a trace fits. */
+  bool stop_on_failure;
 } cm_replay_options_t;
 
 typedef struct cm_replay_result {
@@ -217,6 +221,11 @@ typedef struct cm_replay_result {
   uint64_t device_time_ns;        /* time inside backend calls (alloc, free, map, unmap,
                                      flush) when the storage measures it
                                      (cm_storage_set_timing), else 0 */
+  /* The storage's counters over the replay (differences; bytes_held,
+   * bytes_held_peak and vm_reserved as at the end): driver calls by kind,
+   * time by operation, errors and contract violations. */
+  cm_storage_stats_t storage;
+  uint64_t driver_calls;          /* every driver call of `storage`, all kinds together */
 
   uint64_t elapsed_ns; /* wall time of the event loop only */
   double ns_per_op;    /* elapsed_ns / (allocs + frees) */
@@ -247,6 +256,51 @@ CM_API CM_NODISCARD int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m,
                                       cm_diag_t *diag);
 /* Free the arrays of a result and zero it. NULL ok. */
 CM_API void cm_replay_result_free(cm_replay_result_t *r);
+
+/* ---- fit: the smallest device a trace runs on ------------------------------ */
+
+typedef struct cm_fit_options {
+  /* Search grid in bytes (0 = 2 MiB): the result is a multiple of it. */
+  uint64_t grid;
+  /* Capacities above the result that are replayed to confirm it, spread
+   * evenly up to the unconstrained peak (0 = 7). Fitting need not be monotone
+   * in the capacity: a capacity that fails makes the search continue above
+   * it, so every confirmed capacity fits. */
+  unsigned confirmations;
+  /* Simulated device granularity (0 = 2 MiB, as on CUDA). */
+  uint64_t granularity;
+  /* Called after each replay from the calling thread (may be NULL). */
+  void (*progress)(void *arg, unsigned replays, uint64_t lo, uint64_t hi);
+  void *progress_arg;
+} cm_fit_options_t;
+
+typedef struct cm_fit_result {
+  uint64_t fit_bytes;            /* smallest device memory with no failed reservation */
+  uint64_t peak_live_bytes;      /* the trace's peak of live requested bytes */
+  uint64_t unconstrained_peak;   /* peak reserved on an unlimited device */
+  double ratio;                  /* fit_bytes / peak_live_bytes (0 when no live bytes) */
+  unsigned replays;              /* replays the search ran */
+  unsigned nonmonotone;          /* capacities above a passing one that failed */
+  uint64_t first_nonmonotone;    /* the first such capacity, 0 if none */
+} cm_fit_result_t;
+
+/* Fill *o with the defaults. */
+CM_API void cm_fit_options_init(cm_fit_options_t *o);
+
+/* The smallest device memory (on the simulated device, which enforces the
+ * CUDA driver's rules and refuses to go over its capacity) on which `trace`
+ * replays with no failed reservation, through managers configured by `cfg`
+ * (its pools, props and persistent-memory mode; its name and logger are
+ * used as given; cfg->props is kept fixed whatever the capacity, so presets
+ * are those of the device the layout was chosen for). Binary search on the
+ * grid between the trace's peak live bytes and the unconstrained peak, then
+ * confirmations above (see cm_fit_options_t). opts may be NULL. Errors:
+ * CM_EINVAL (NULL args), the first failure's status when the trace does not replay even on an
+ * unlimited device (e.g. a request no pool accepts; diag says why), the
+ * manager's creation errors, CM_ENOMEM. Thread-safe for distinct outputs. */
+CM_API CM_NODISCARD int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
+                                      const cm_fit_options_t *opts, cm_fit_result_t *out,
+                                      cm_diag_t *diag);
 
 /* ---- SVG rendering -------------------------------------------------------- */
 

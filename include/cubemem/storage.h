@@ -62,19 +62,49 @@ typedef struct cm_storage_ops {
   int (*event_sync)(void *ctx, void *event);
   void (*event_destroy)(void *ctx, void *event);
 
-  /* --- optional: virtual memory (address ranges backed in granules) ------- */
+  /* --- optional: virtual memory, with the CUDA driver's rules ------------
+   * The contract is that of cuMemAddressReserve / cuMemCreate / cuMemMap /
+   * cuMemSetAccess / cuMemUnmap / cuMemRelease, and every backend (the
+   * simulated device included) refuses what the driver refuses, with
+   * CM_EINVAL and a message, changing nothing:
+   *  - G = vm_granularity(). A reservation is a non-zero multiple of G.
+   *  - Physical memory comes in objects of `piece` bytes (a non-zero multiple
+   *    of G); each object is mapped whole, once, as its own mapping.
+   *  - vm_map backs [offset, offset+size) of a reservation (offset a multiple
+   *    of G, size a multiple of piece) with size/piece new objects and sets
+   *    read-write access on the whole range in one call. The range lies inside
+   *    the reservation and overlaps no existing mapping.
+   *  - vm_unmap removes mappings only whole: [offset, offset+size) must be
+   *    tiled exactly by existing mappings of `piece` bytes each. Each one is
+   *    unmapped and its object released (its memory is free again).
+   *  - vm_release gives back a reservation that has no mapping left.
+   * Driver calls, as counted in cm_storage_stats_t: vm_map = size/piece
+   * creates + size/piece maps + 1 set-access; vm_unmap = size/piece unmaps +
+   * size/piece releases; vm_reserve / vm_release one call each. */
   /* Mapping granule in bytes; 0 or NULL callback means "no VM support". */
   uint64_t (*vm_granularity)(void *ctx);
-  /* Reserve an address range of `size` bytes with no physical memory behind
-   * it; the range is resolved by get() like an allocation id. */
+  /* Reserve `size` bytes of address space (no physical memory); the range is
+   * resolved by get() like an allocation id. Errors: CM_EINVAL (size not a
+   * non-zero multiple of G), CM_EOOM (no address space), CM_ESTORAGE. */
   int (*vm_reserve)(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
-  /* Back [offset, offset+size) of the range with physical memory (granule
-   * multiples). Errors as alloc. */
-  int (*vm_map)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_diag_t *diag);
-  /* Remove physical memory from [offset, offset+size). */
-  void (*vm_unmap)(void *ctx, uint64_t id, uint64_t offset, uint64_t size);
-  /* Give back the address range (every mapping must be gone). */
-  void (*vm_release)(void *ctx, uint64_t id);
+  /* See above. Errors: CM_EOOM (device out of memory), CM_EINVAL (contract),
+   * CM_EHANDLE (unknown reservation), CM_ESTORAGE. On failure nothing that
+   * this call created stays mapped or allocated. */
+  int (*vm_map)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
+                cm_diag_t *diag);
+  /* See above. Errors: CM_EINVAL (not exactly whole mappings of `piece`
+   * bytes; nothing changes), CM_EHANDLE, CM_ESTORAGE (the driver failed: the
+   * mappings it could not remove stay, and are reported). */
+  int (*vm_unmap)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
+                  cm_diag_t *diag);
+  /* Give back the address range. Errors: CM_EINVAL (mappings remain),
+   * CM_EHANDLE, CM_ESTORAGE. */
+  int (*vm_release)(void *ctx, uint64_t id, cm_diag_t *diag);
+
+  /* --- optional: memory information (cuMemGetInfo) ------------------------ */
+  /* Bytes of device memory free now and in total; either may be 0 when
+   * unknown. Used by dry runs to hit the limits a real run would. */
+  int (*mem_info)(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes);
 } cm_storage_ops_t;
 
 typedef struct cm_storage cm_storage_t;
@@ -83,17 +113,31 @@ typedef struct cm_storage cm_storage_t;
  * counted when the manager asks (alloc / dealloc / map / unmap), so they are
  * what the manager holds from the device. */
 typedef struct cm_storage_stats {
-  uint64_t allocs;          /* successful alloc calls (device allocations) */
-  uint64_t deallocs;        /* dealloc calls */
+  uint64_t allocs;          /* successful alloc calls (plain device allocations) */
+  uint64_t deallocs;        /* dealloc calls (plain frees) */
   uint64_t failed_allocs;   /* alloc or vm_map calls that failed */
-  uint64_t maps;            /* successful vm_map calls */
-  uint64_t unmaps;          /* vm_unmap calls */
+  uint64_t maps;            /* successful vm_map operations (runs of pieces) */
+  uint64_t unmaps;          /* successful vm_unmap operations (runs of pieces) */
   uint64_t bytes_held;      /* allocated + mapped bytes now */
   uint64_t bytes_held_peak; /* high-water mark of bytes_held */
   uint64_t vm_reserved;     /* bytes of address space reserved now */
   uint64_t flushes;         /* backend flushes performed (skipped when nothing was queued) */
   uint64_t gets;            /* get calls */
-  uint64_t time_ns;         /* time spent inside backend alloc/dealloc/map/unmap/flush */
+  uint64_t time_ns;         /* time inside backend alloc/dealloc/flush/vm_* calls (timing on) */
+  /* Driver calls by kind (storage.h's VM contract says how operations map to
+   * calls): plain allocations and frees are `allocs` and `deallocs`. */
+  uint64_t creates;         /* physical memory objects created */
+  uint64_t map_calls;       /* mappings made (one per object) */
+  uint64_t unmap_calls;     /* mappings removed */
+  uint64_t releases;        /* physical memory objects released */
+  uint64_t set_access;      /* access-setting calls (one per vm_map) */
+  uint64_t reserves;        /* address ranges reserved */
+  uint64_t address_frees;   /* address ranges given back */
+  /* Time (timing on) by operation: alloc, dealloc+flush, vm_map (create, map
+   * and set-access), vm_unmap (unmap and release), vm_reserve+vm_release. */
+  uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
+  uint64_t errors;          /* backend calls that failed other than for memory (EOOM) */
+  uint64_t violations;      /* of which refused as contract violations (EINVAL, EHANDLE) */
 } cm_storage_stats_t;
 
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns
@@ -120,6 +164,10 @@ CM_API void cm_storage_dealloc(cm_storage_t *s, uint64_t id, uint64_t size);
 CM_API int cm_storage_flush(cm_storage_t *s);
 CM_API CM_NODISCARD int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t offset,
                                        uint64_t size, cm_resource_t *out, cm_diag_t *diag);
+/* Free and total device memory as the backend reports them (0 when it does
+ * not know). Errors: CM_ENOTSUP (no mem_info), the backend's error. */
+CM_API CM_NODISCARD int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes,
+                                            uint64_t *total_bytes);
 /* Measure the time spent in backend calls (stats.time_ns); off by default
  * because it costs two clock reads per call. */
 CM_API void cm_storage_set_timing(cm_storage_t *s, bool on);
@@ -145,13 +193,34 @@ CM_API void cm_storage_event_destroy(cm_storage_t *s, void *event);
 CM_API CM_NODISCARD int cm_storage_host_create(uint64_t alignment, cm_storage_t **out);
 
 /* Simulated device: hands out address ranges with no backing memory, so that
- * 80 GiB workloads replay on a laptop. `capacity` bytes (0 = unlimited); when
- * `fail_over_capacity` is true an allocation or mapping that would exceed the
- * capacity fails with CM_EOOM, else it succeeds and is only counted.
- * `granularity` is the VM granule (0 = 2 MiB, as on CUDA). Addresses start at
- * 0x100000000 and are aligned to 512. get() returns addr with host NULL. */
+ * 80 GiB workloads replay on a laptop, and enforces the virtual-memory
+ * contract above exactly as the CUDA driver does (a violating call fails with
+ * CM_EINVAL, changes nothing and is counted). `capacity` bytes (0 =
+ * unlimited) bound allocated plus mapped bytes; when `fail_over_capacity` is
+ * true a call that would exceed it fails with CM_EOOM, else it succeeds and is
+ * only counted. `granularity` is the VM granule (0 = 2 MiB, as on CUDA; a
+ * power of two, at least 512). Plain allocations are 512-aligned, reservations
+ * granule-aligned, addresses start at 0x100000000 and are never reused.
+ * get() returns addr with host NULL. Errors: CM_EINVAL, CM_ENOMEM. */
 CM_API CM_NODISCARD int cm_storage_sim_create(uint64_t capacity, bool fail_over_capacity,
                                               uint64_t granularity, cm_storage_t **out);
+
+/* What a simulated device holds now and what it refused. */
+typedef struct cm_sim_state {
+  uint64_t violations;      /* calls refused as contract violations (CM_EINVAL) */
+  uint64_t allocations;     /* plain allocations live */
+  uint64_t reservations;    /* address ranges reserved */
+  uint64_t mappings;        /* mappings (physical objects) live */
+  uint64_t bytes_used;      /* allocated + mapped bytes: what counts against the capacity */
+  uint64_t bytes_used_peak; /* high-water mark of bytes_used */
+  uint64_t capacity;        /* as created (0 = unlimited) */
+  char last_violation[192]; /* the latest violation's message, "" if none */
+} cm_sim_state_t;
+
+/* Fill *out for a storage made by cm_storage_sim_create (wrapped by nothing
+ * else). Same thread as the storage's other calls. Errors: CM_EINVAL (NULL,
+ * or not a simulated device). */
+CM_API CM_NODISCARD int cm_storage_sim_state(const cm_storage_t *s, cm_sim_state_t *out);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,8 @@
  *
  * Output: a human summary, then - always as the LAST line - the planned
  * layout in the syntax `cubemem replay --pools` and cm_pools_parse accept.
- * Exit codes: 0 ok, 1 the trace could not be read or a replay failed,
+ * Exit codes: 0 ok, 3 a reservation failed (the trace does not fit the
+ * device with this layout), 1 the trace could not be read or a replay failed,
  * 2 usage errors.
  *
  * Exports cm_cli_plan (cli.h).
@@ -354,6 +355,13 @@ int cm_cli_plan(int argc, char **argv) {
   if (check.failed_allocs > base.failed_allocs ||
       check.manager_reserved_peak > base.manager_reserved_peak)
     status = 1;
+  if (status == 0 && (base.failed_allocs || check.failed_allocs)) {
+    fprintf(stderr, "cubemem plan: %" PRIu64 " reservation%s failed in the dry run and %" PRIu64
+            " in the check: the trace does not fit this device with this layout (try 'cubemem "
+            "fit')\n",
+            base.failed_allocs, base.failed_allocs == 1 ? "" : "s", check.failed_allocs);
+    status = 3;
+  }
 
 out:
   free(text);

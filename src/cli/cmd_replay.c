@@ -18,7 +18,8 @@
  * per-pool table per layout, or with --json one JSON object per (trace,
  * layout) line. A progress line goes to stderr for long replays when stderr
  * is a terminal. Exit codes: 0 ok, 1 a trace or the SVG could not be read /
- * written or a run failed, 2 usage errors.
+ * written or a run failed, 2 usage errors, 3 a reservation failed (the trace
+ * does not fit) or the device refused a call.
  *
  * Exports cm_cli_replay (cli.h).
  */
@@ -274,6 +275,25 @@ static double ratio(const cm_replay_result_t *r) {
   return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
 }
 
+/* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns}, and the
+ * storage's errors and contract violations. */
+static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
+  const cm_storage_stats_t *d = &r->storage;
+  fprintf(f,
+          ",\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
+          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
+          ",\"address_frees\":%" PRIu64 "}",
+          r->driver_calls, d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
+          d->unmap_calls, d->releases, d->reserves, d->address_frees);
+  fprintf(f,
+          ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
+          ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
+          d->time_alloc_ns, d->time_free_ns, d->time_map_ns, d->time_unmap_ns, d->time_reserve_ns);
+  fprintf(f, ",\"storage_errors\":%" PRIu64 ",\"violations\":%" PRIu64, d->errors,
+          d->violations);
+}
+
 static void print_json(const char *tname, const layout_t *lay, const cm_trace_t *t,
                        const run_t *run, const env_t *env) {
   const cm_replay_result_t *r = &run->res;
@@ -301,6 +321,7 @@ static void print_json(const char *tname, const layout_t *lay, const cm_trace_t 
                ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
             env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
             env->tinfo->snap.preexisting);
+  print_driver_json(f, r);
   if (r->failed_allocs) {
     fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
             cm_err_name(r->first_failure), r->first_failure_size);
@@ -383,22 +404,43 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
   row("reserved / live", c, n, width);
   for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
   row("reserved at end", c, n, width);
-  bool vm = false;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
     const cm_replay_result_t *r = &runs[i].res;
     snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, r->device_allocs - r->device_maps,
              r->device_frees - r->device_unmaps);
-    vm |= r->device_maps || r->device_unmaps;
   }
   row("device allocs/frees", c, n, width);
-  if (vm) { /* virtual-memory maps and unmaps are not allocations and frees */
-    for (size_t i = 0; i < n; i++)
-      snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.device_maps, runs[i].res.device_unmaps);
-    row("device maps/unmaps", c, n, width);
-  }
+  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.driver_calls, c[i], 64);
+  row("driver calls", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.creates,
+             runs[i].res.storage.map_calls);
+  row("  create / map", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.unmap_calls,
+             runs[i].res.storage.releases);
+  row("  unmap / release", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.storage.set_access);
+  row("  set access", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.allocs,
+             runs[i].res.storage.deallocs);
+  row("  alloc / free", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.reserves,
+             runs[i].res.storage.address_frees);
+  row("  reserve / free VA", c, n, width);
   if (env->tinfo && env->tinfo->is_snapshot) {
     for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
     row("reserved by PyTorch", c, n, width); /* at dump */
+  }
+  bool refused = false;
+  for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;
+  if (refused) {
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%" PRIu64 " (%" PRIu64 " violations)", runs[i].res.storage.errors,
+               runs[i].res.storage.violations);
+    row("driver errors", c, n, width);
   }
   if (strcmp(env->o->device, "sim") != 0) { /* real devices: time spent in driver calls */
     for (size_t i = 0; i < n; i++)
@@ -566,6 +608,7 @@ int cm_cli_replay(int argc, char **argv) {
   if (prc) return prc < 0 ? 0 : prc;
 
   int status = 0;
+  uint64_t failed_total = 0, refused_total = 0;
   cm_diag_t d;
   cm_diag_clear(&d);
 
@@ -661,6 +704,10 @@ int cm_cli_replay(int argc, char **argv) {
       }
     }
     if (ok) {
+      for (size_t l = 0; l < o.layout_count; l++) {
+        failed_total += tr[l].res.failed_allocs;
+        refused_total += tr[l].res.storage.violations;
+      }
       if (o.json)
         for (size_t l = 0; l < o.layout_count; l++) print_json(tname, &lays[l], t, &tr[l], &env);
       else
@@ -694,6 +741,17 @@ int cm_cli_replay(int argc, char **argv) {
   if (stdout_errno && stdout_errno != EPIPE) {
     fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(stdout_errno));
     if (!status) status = 1;
+  }
+  if (status == 0 && (failed_total || refused_total)) {
+    /* exit 3: the job does not fit (or the device refused a call) */
+    if (failed_total)
+      fprintf(stderr, "cubemem replay: %" PRIu64 " reservation%s failed: the trace does not fit "
+              "this device with this layout (try 'cubemem fit')\n",
+              failed_total, failed_total == 1 ? "" : "s");
+    if (refused_total)
+      fprintf(stderr, "cubemem replay: the device refused %" PRIu64 " call%s as violations of "
+              "its rules\n", refused_total, refused_total == 1 ? "" : "s");
+    status = 3;
   }
 
 out:

@@ -14,6 +14,7 @@ static const struct {
   const char *help;
 } k_commands[] = {
     {"replay", cm_cli_replay, "replay allocation traces (RMM CSV, PyTorch snapshots) through the memory manager"},
+    {"fit", cm_cli_fit, "the smallest device memory each trace fits in, per layout"},
     {"plan", cm_cli_plan, "dry-run a trace and print a measured pool layout"},
     {"check-config", cm_cli_check_config, "validate a cubecl.toml and print the memory settings"},
     {"toml2json", cm_cli_toml2json, "read TOML (a file or stdin), print toml-test tagged JSON"},

@@ -247,17 +247,18 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
         return cm__diag_set(diag, CM_EPARSE, "pool %zu: expected key=value, got '%.*s'", n + 1,
                             (int)(iend - q), q);
       size_t klen = (size_t)(eq - q);
-      enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_NONE } key = K_NONE;
+      enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_OBJECT, K_NONE } key = K_NONE;
       if (key_is(q, klen, "page") || key_is(q, klen, "page_size")) key = K_PAGE;
       else if (key_is(q, klen, "max-slice") || key_is(q, klen, "max_slice_size")) key = K_SLICE;
       else if (key_is(q, klen, "cap") || key_is(q, klen, "max_pool_size")) key = K_CAP;
       else if (key_is(q, klen, "max") || key_is(q, klen, "max_alloc_size")) key = K_MAX;
       else if (key_is(q, klen, "period") || key_is(q, klen, "dealloc_period")) key = K_PERIOD;
       else if (key_is(q, klen, "reclaim") || key_is(q, klen, "reclaim_at")) key = K_RECLAIM;
+      else if (key_is(q, klen, "object") || key_is(q, klen, "max_object_size")) key = K_OBJECT;
       if (key == K_NONE)
         return cm__diag_set(diag, CM_EPARSE,
                             "pool %zu: unknown option '%.*s'; expected page, max-slice, cap, max, "
-                            "period or reclaim",
+                            "period, reclaim or object",
                             n + 1, (int)klen, q);
       uint64_t v;
       if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
@@ -284,6 +285,7 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
           o.reclaim_at = v;
           o.has_reclaim_at = true;
           break;
+        case K_OBJECT: o.max_object_size = v; break;
         case K_NONE: break;
       }
       q = comma ? comma + 1 : qend;
@@ -351,6 +353,10 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
         if (o->max_alloc_size) {
           fmt_size(v, sizeof v, o->max_alloc_size);
           w = fmt_opt(tmp, sizeof tmp, w, "max", v);
+        }
+        if (o->max_object_size) {
+          fmt_size(v, sizeof v, o->max_object_size);
+          w = fmt_opt(tmp, sizeof tmp, w, "object", v);
         }
         break;
       default: w = snprintf(tmp, sizeof tmp, "unknown"); break;

@@ -395,6 +395,40 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
   return rc;
 }
 
+/* The device is out of memory for a request of `size` bytes that pool p
+ * could not serve: give back every cached byte of every pool (free mapped
+ * chunks, free pages, idle segments, free persistent slots), flush deferred
+ * frees, and, when that gave anything back, try once more (logged at basic).
+ * *d2 keeps the error that stands. */
+static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                               bool lazy, cm__slice **s, cm_diag_t *d2) {
+  uint64_t before = m->reserved_total;
+  cm_storage_stats_t st0, st1;
+  cm_storage_stats(m->storage, &st0);
+  cleanup_impl(m, true, UINT64_MAX, m->npools);
+  uint64_t released = before - m->reserved_total;
+  cm_storage_stats(m->storage, &st1);
+  if (released == 0 && st1.flushes == st0.flushes) return CM_EOOM; /* nothing could give */
+  *s = p->vt->try_reserve(p, size, eff);
+  int rc = CM_OK;
+  if (!*s) {
+    cm_diag_t d3;
+    cm_diag_clear(&d3);
+    rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
+    if (rc != CM_OK) *d2 = d3;
+  }
+  if (LOG_ON(m, CM_LOG_BASIC)) {
+    char b1[32], b2[32];
+    cm_format_bytes(size, b1, sizeof b1);
+    cm_format_bytes(released, b2, sizeof b2);
+    cm_logger_printf(m->logger, CM_LOG_BASIC,
+                     "[%s] Out of device memory for an allocation of %s: released %s of cached "
+                     "memory and retried: %s",
+                     m->name, b1, b2, rc == CM_OK ? "served" : "still out of memory");
+  }
+  return rc;
+}
+
 /* Does the persistent pool have a slice of effective size eff? */
 bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
 
@@ -442,6 +476,7 @@ int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
+    if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
     if (rc == CM_OK) {
       rc = hand_out(m, p, s, size, out, diag);
       if (rc == CM_OK && LOG_ON(m, CM_LOG_FULL)) {

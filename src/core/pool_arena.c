@@ -4,13 +4,23 @@
  * only where live data is.
  *
  * Regions. With a storage that has virtual memory (power-of-two granule G),
- * a region is one reserved address range (page_size when given, else
- * G * 2^17 bytes: 256 GiB for 2 MiB granules) whose granules are mapped on
- * demand; reserved bytes are the mapped granules. Without VM support a region
- * is a segment obtained with cm_storage_alloc and counts whole. A request
- * that fits no region opens a new one. Caps (max_pool_size) bound the mapped
- * or allocated bytes; max_alloc_size (0 = none) bounds requests; zero-byte
- * requests take one alignment unit.
+ * a region is one reserved address range (page_size when given, else twice
+ * the device memory - 8 x max_page_size - and at least 256 GiB: address
+ * space is cheap, so only physical memory limits a request) whose granules
+ * are mapped on demand; reserved bytes are the mapped granules. Without VM
+ * support a region is a segment obtained with cm_storage_alloc and counts
+ * whole. A request that fits no region opens a new one. Caps (max_pool_size)
+ * bound the mapped or allocated bytes; max_alloc_size (0 = none) bounds
+ * requests; zero-byte requests take one alignment unit.
+ *
+ * Physical objects (storage.h's contract, the CUDA driver's). Memory is
+ * mapped as physical objects that are unmapped only whole: each run mapped is
+ * cut into objects of at most `omax` granules (max_object_size; default one
+ * granule, so any free granule can be given back: bench/results/objects.md
+ * measures the trade-off against driver calls), recorded per granule
+ * (ostart, olen). Consecutive objects of one size go to the storage in one
+ * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
+ * whose granules are all free.
  *
  * Placement. Every region is tiled by blocks (used and free) linked in
  * address order; free neighbours are merged at once. Free blocks sit in
@@ -37,12 +47,18 @@
  * plus a feedback term: granules mapped again within REGRET_WINDOW
  * reservations of being trimmed raise it (capped at mapped/16), maps without
  * such regret let it decay; so a steady loop stops calling the driver once
- * its second iteration has re-mapped what the first trimmed. The periodic
+ * its second iteration has re-mapped what the first trimmed. When the device
+ * refuses a map (CM_EOOM), every other free mapped object is given back and
+ * only the request's own granules are mapped again (then the manager gives
+ * back the other pools' cached memory and retries once). The periodic
  * cleanup unmaps what stayed free for a whole period (low-water mark of the
  * free mapped count); the explicit cleanup unmaps everything free and gives
  * back address ranges with nothing in use.
  *
- * Dry runs (spec §6). Under a dry run granules are mapped "virtually": set in
+ * Dry runs (spec §6). A dry run meets the device's limit where an eager run
+ * would: what it counted without mapping (storage dry_bytes, all pools) plus
+ * what it asks for must fit the storage's free memory (mem_info). Under a dry
+ * run granules are mapped "virtually": set in
  * `mapped` and in a per-region `virt` bitmap, counted in reserved bytes, the
  * peaks, the hysteresis budget, the cap and the trims exactly as real ones,
  * but never mapped in the storage; so a dry run places, trims and peaks
@@ -56,7 +72,8 @@
  * reservation fast path pays a single test for all this.
  *
  * Segments (no VM). A new segment is max(request, held/4 clamped to
- * [2 MiB, 1 GiB]) or page_size when given; entirely free segments are given
+ * [2 MiB, 1 GiB]) or page_size when given, or the request's own size when the
+ * device refuses the larger one; entirely free segments are given
  * back before growing, by the explicit cleanup, and by the periodic cleanup
  * once idle for a whole period. A segment opened under a dry run is counted
  * whole (reserved bytes, peaks, cap) but not allocated ("lazy", with an id
@@ -106,7 +123,10 @@
  * metadata, so an absurd request fails before any host allocation. */
 #define MAX_REGION_GRANULES (1ull << 21)
 #define DEFAULT_PERIOD 5000 /* reservations between periodic trims */
-#define REGION_GRANULES (1ull << 17)
+#define REGION_DEFAULT (256ull << 30) /* smallest default VM region */
+#ifndef OBJECT_MAX_DEFAULT
+#define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
+#endif
 #define SEG_MIN (2ull << 20)
 
 #define OUT(buf, cap, len, ...)                                                               \
@@ -139,6 +159,8 @@ typedef struct region {
                    * allocated by the first dry run that maps in the region */
   uint32_t *cnt;
   uint32_t *trimmed; /* per granule: reservation count (low bits) when trimmed, 0 = never */
+  uint32_t *ostart;  /* per mapped granule: the first granule of its object */
+  uint32_t *olen;    /* per object start: its length in granules (0 elsewhere) */
 } region;
 
 typedef struct arena {
@@ -147,6 +169,7 @@ typedef struct arena {
   bool vm;
   unsigned gshift;
   uint64_t gran;
+  uint64_t omax; /* largest physical object, in granules */
   region **regs;
   uint32_t nregs, capregs;
   ablk *heads[NBINS];
@@ -159,6 +182,7 @@ typedef struct arena {
   /* Memory counted but not backed by the storage (dry runs): VM: virtual
    * granules, all regions; segments: segments not allocated yet. */
   uint64_t unbacked;
+  uint64_t lazy_bytes;  /* segments: bytes of the lazy segments */
   uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
   uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
   uint64_t period;
@@ -168,6 +192,7 @@ typedef struct arena {
 } arena;
 
 static arena *AR(cm__pool *p) { return (arena *)p; }
+static bool dry_short(const arena *a, uint64_t add);
 static ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
 /* Is a dry run open on the manager (spec §6)? */
 static bool dry_run(const arena *a) { return a->base.m->dry_runs > 0; }
@@ -354,48 +379,86 @@ static inline bool backed(const region *r, uint64_t g) {
   return bit(r->mapped, g) && !(r->virt && bit(r->virt, g));
 }
 
+/* n virtual granules were backed or unmapped. */
+static inline void virt_sub(arena *a, uint64_t n) {
+  a->unbacked -= n;
+  a->st->dry_bytes -= n << a->gshift;
+}
+
 /* Any virtual granule in [lo, hi] of r? */
 static inline bool virt_in(const arena *a, const region *r, uint64_t lo, uint64_t hi) {
   return a->unbacked && r->virt && !bits_none(r->virt, lo, hi);
 }
 
-/* Unmap granules [lo, hi] of r (all free and mapped). Virtual granules are
- * only uncounted: the storage is called for the runs of real ones. */
-static void unmap_run(arena *a, region *r, uint64_t lo, uint64_t hi) {
-  uint64_t n = hi - lo + 1;
-  if (__builtin_expect(!virt_in(a, r, lo, hi), 1)) {
-    cm__storage_vm_unmap(a->st, r->id, lo << a->gshift, n << a->gshift);
+/* ---- physical memory objects (VM regions) --------------------------------------------
+ * Every mapped granule belongs to one object: a run of granules mapped by one
+ * storage vm_map (one physical object, one mapping), recorded at its first
+ * granule (olen) and in every granule (ostart). The driver unmaps mappings
+ * only whole, so an object is unmapped only when all its granules are free.
+ * A map creates one object per run of unmapped granules, cut every omax
+ * granules. Under a dry run the same objects are recorded but stay virtual;
+ * backing one maps it whole, so an object is either all virtual or all real. */
+
+/* Storage calls are batched: consecutive objects of one size go to the
+ * storage in one vm_map (or vm_unmap) of `piece`-sized objects, so access is
+ * set once per run. */
+typedef struct batch {
+  uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
+} batch;
+
+/* Storage-unmap a batch of objects. A failure is counted by the storage
+ * (stats.errors) and the granules are taken as unmapped here: memory the
+ * driver may still hold is never handed out again (mapping it anew would fail
+ * instead of aliasing), and the storage frees what it holds when destroyed. */
+static void unmap_flush(arena *a, region *r, batch *b) {
+  if (!b->n) return;
+  (void)cm__storage_vm_unmap(a->st, r->id, b->s << a->gshift, b->n << a->gshift,
+                             b->piece << a->gshift, NULL);
+  b->n = 0;
+}
+
+/* Add object [s, s+n) to an unmap batch of r, flushing what cannot join. */
+static void unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n) {
+  if (b->n && !((b->s + b->n == s || s + n == b->s) && b->piece == n)) unmap_flush(a, r, b);
+  if (!b->n) *b = (batch){s, 0, n};
+  if (s < b->s) b->s = s;
+  b->n += n;
+}
+
+/* Unmap object s of r (all its granules free and mapped) through batch b (the
+ * caller flushes it). A virtual object is only uncounted. */
+static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
+  uint64_t n = r->olen[s], hi = s + n - 1;
+  if (__builtin_expect(!(a->unbacked && r->virt && bit(r->virt, s)), 1)) {
+    unmap_add(a, r, b, s, n);
   } else {
-    for (uint64_t g = lo; g <= hi;) {
-      if (bit(r->virt, g)) {
-        g++;
-        continue;
-      }
-      uint64_t e = g;
-      while (e < hi && !bit(r->virt, e + 1)) e++;
-      cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
-      g = e + 1;
-    }
-    a->unbacked -= bits_clear(r->virt, lo, hi);
+    virt_sub(a, bits_clear(r->virt, s, hi));
   }
   uint32_t stamp = a->ops ? a->ops : 1;
-  for (uint64_t g = lo; g <= hi; g++) r->trimmed[g] = stamp;
-  bits_clear(r->mapped, lo, hi);
-  bits_clear(r->fm, lo, hi);
+  for (uint64_t g = s; g <= hi; g++) r->trimmed[g] = stamp;
+  r->olen[s] = 0;
+  bits_clear(r->mapped, s, hi);
+  bits_clear(r->fm, s, hi);
   r->mapped_gran -= n;
   a->free_mapped -= n;
   a->held -= n << a->gshift;
   cm__pool_reserved_add(&a->base, -(int64_t)(n << a->gshift));
 }
 
-/* Unmap up to `want` free mapped granules, highest addresses first, skipping
- * granules [ex_lo, ex_hi] of region ex. Returns how many were unmapped. */
-static uint64_t trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
+/* Unmap free objects, highest addresses first, until `want` granules went
+ * (UINT64_MAX: every free object). `strict`: an object larger than what is
+ * still wanted is kept (trims that only bound the cache before a map);
+ * otherwise the last object may go beyond `want` (cleanups: what stayed idle
+ * goes). Objects meeting granules [ex_lo, ex_hi] of region ex stay. Returns
+ * how many granules were unmapped. */
+static uint64_t trim_objects(arena *a, uint64_t want, bool strict, const region *ex,
+                             uint64_t ex_lo, uint64_t ex_hi) {
   uint64_t done = 0;
   for (uint32_t ri = a->nregs; ri-- > 0 && done < want;) {
     region *r = a->regs[ri];
     if (!r || !r->vm || !r->mapped_gran) continue;
     uint64_t g = r->top;
+    batch b = {0, 0, 0};
     while (g > 0 && done < want) {
       /* find the highest fm bit below g */
       uint64_t w = (g - 1) / 64;
@@ -403,90 +466,154 @@ static uint64_t trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, 
       while (!bits && w > 0) bits = r->fm[--w];
       if (!bits) break;
       uint64_t hi = w * 64 + 63 - (uint64_t)__builtin_clzll(bits);
-      if (r == ex && hi >= ex_lo && hi <= ex_hi) {
-        g = ex_lo;
-        continue;
-      }
-      uint64_t lo = hi;
-      uint64_t floor_ = (r == ex && hi > ex_hi) ? ex_hi + 1 : 0;
-      while (lo > floor_ && done + (hi - lo + 1) < want && bit(r->fm, lo - 1)) lo--;
-      unmap_run(a, r, lo, hi);
-      done += hi - lo + 1;
-      g = lo;
+      uint64_t os = r->ostart[hi], oe = os + r->olen[os] - 1;
+      g = os;
+      if (r == ex && os <= ex_hi && oe >= ex_lo) continue; /* meets the excluded range */
+      if (!bits_all(r->fm, os, oe)) continue;              /* partly in use */
+      if (strict && want != UINT64_MAX && oe - os + 1 > want - done) continue;
+      done += oe - os + 1;
+      unmap_object(a, r, os, &b);
     }
+    unmap_flush(a, r, &b);
     if (r->mapped_gran == 0) r->top = 0;
   }
   return done;
 }
 
-/* Storage-map the runs of granules of [lo, hi] that are not backed (unmapped
- * or virtual; `anyv`: the range has virtual granules), one call per run. On
- * failure the runs mapped here are unmapped again. Bits are not touched. */
-static inline __attribute__((always_inline)) int map_runs(arena *a, region *r, uint64_t lo,
-                                                         uint64_t hi, bool anyv, cm_diag_t *diag) {
-#define BACKED(g) (bit(r->mapped, (g)) && !(anyv && bit(r->virt, (g))))
-  for (uint64_t g = lo; g <= hi;) {
-    if (BACKED(g)) {
-      g++;
+static uint64_t trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
+  return trim_objects(a, want, true, ex, ex_lo, ex_hi);
+}
+
+/* End of the object that a map starting at unmapped granule g creates inside
+ * [g, hi]: the run of unmapped granules, cut after omax of them. */
+static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
+  uint64_t e = g, lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
+  while (e < lim && !bit(r->mapped, e + 1)) e++;
+  return e;
+}
+
+/* Walk the storage work of mapping [lo, hi]: for each object to map, in
+ * address order, call fn(a, r, s, n, arg) (n granules from s); stop at the
+ * first non-zero return (returned) or after the object starting at or above
+ * `stop` (UINT64_MAX: none). Virtual objects meeting the range are mapped
+ * whole; unmapped runs become new objects. Bits are not read as changed in
+ * between, so two walks over the same state see the same objects. */
+typedef int (*object_fn)(arena *a, region *r, uint64_t s, uint64_t n, void *arg);
+
+static int walk_objects(arena *a, region *r, uint64_t lo, uint64_t hi, bool anyv, uint64_t stop,
+                        object_fn fn, void *arg) {
+  for (uint64_t g = lo; g <= hi && g < stop;) {
+    if (bit(r->mapped, g)) {
+      if (!(anyv && bit(r->virt, g))) { /* backed */
+        g++;
+        continue;
+      }
+      uint64_t s = r->ostart[g], n = r->olen[s]; /* a virtual object: backed whole */
+      int rc = fn(a, r, s, n, arg);
+      if (rc) return rc;
+      g = s + n;
       continue;
     }
-    uint64_t e = g;
-    while (e < hi && !BACKED(e + 1)) e++;
-    int rc = cm__storage_vm_map(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift, diag);
-    if (rc != CM_OK) {
-      for (uint64_t x = lo; x < g;) { /* bits are unchanged: undo the runs before g */
-        if (BACKED(x)) {
-          x++;
-          continue;
-        }
-        uint64_t y = x;
-        while (y + 1 < g && !BACKED(y + 1)) y++;
-        cm__storage_vm_unmap(a->st, r->id, x << a->gshift, (y - x + 1) << a->gshift);
-        x = y + 1;
-      }
-      return rc;
-    }
+    uint64_t e = object_end(a, r, g, hi);
+    int rc = fn(a, r, g, e - g + 1, arg);
+    if (rc) return rc;
     g = e + 1;
   }
-#undef BACKED
-  return CM_OK;
+  return 0;
+}
+
+typedef struct map_arg {
+  cm_diag_t *diag;
+  batch b;
+  uint64_t failed_at; /* start of the batch whose map failed */
+  int rc;
+} map_arg;
+
+static int map_flush(arena *a, region *r, map_arg *m) {
+  if (!m->b.n) return 0;
+  int rc = cm__storage_vm_map(a->st, r->id, m->b.s << a->gshift, m->b.n << a->gshift,
+                              m->b.piece << a->gshift, m->diag);
+  if (rc != CM_OK) {
+    m->failed_at = m->b.s;
+    m->rc = rc;
+    return 1;
+  }
+  m->b.n = 0;
+  return 0;
+}
+
+static int map_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
+  map_arg *m = arg;
+  if (m->b.n && (m->b.s + m->b.n != s || m->b.piece != n) && map_flush(a, r, m)) return 1;
+  if (!m->b.n) m->b = (batch){s, 0, n};
+  m->b.n += n;
+  return 0;
+}
+
+static int unmap_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
+  unmap_add(a, r, arg, s, n);
+  return 0;
 }
 
 /* Map every unmapped granule of [lo, hi] in r. `covered`: the range lies
  * inside a used block (else the new granules are free until the caller
  * places a block). `lazy` (dry run): the granules are counted exactly as
- * mapped ones but only marked virtual, with no storage call. Otherwise every
- * granule not backed yet, virtual ones included, is mapped in the storage,
- * one call per run; virtual granules were counted already, so backing them
- * changes no accounting. On failure every run mapped here is unmapped again
- * and nothing changes. */
+ * mapped ones, in the same objects, but only marked virtual, with no storage
+ * call. Otherwise every object meeting the range that is not backed yet
+ * (virtual ones included, whole) is mapped in the storage; virtual granules
+ * were counted already, so backing them changes no accounting. On failure
+ * every object mapped here is unmapped again and nothing changes. */
 static int map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
                      cm_diag_t *diag) {
   uint64_t regret = 0;
   bool anyv = virt_in(a, r, lo, hi);
   if (!lazy) {
-    int rc = anyv ? map_runs(a, r, lo, hi, true, diag) : map_runs(a, r, lo, hi, false, diag);
-    if (rc != CM_OK) return rc;
-    if (anyv) a->unbacked -= bits_clear(r->virt, lo, hi);
-  } else {
-    if (!r->virt && !(r->virt = calloc(r->nwords, sizeof(uint64_t))))
-      return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
-    for (uint64_t w = lo / 64; w <= hi / 64; w++) /* what gets mapped below is virtual */
-      r->virt[w] |= ~r->mapped[w] & wmask(w, lo, hi);
+    map_arg m = {diag, {0, 0, 0}, 0, CM_OK};
+    if (walk_objects(a, r, lo, hi, anyv, UINT64_MAX, map_one, &m) || map_flush(a, r, &m)) {
+      batch u = {0, 0, 0}; /* bits are unchanged: the same walk finds what was mapped */
+      (void)walk_objects(a, r, lo, hi, anyv, m.failed_at, unmap_one, &u);
+      unmap_flush(a, r, &u);
+      return m.rc;
+    }
+    if (anyv) /* backed virtual objects: no longer virtual, whole */
+      for (uint64_t g = lo; g <= hi;) {
+        if (!bit(r->mapped, g) || !bit(r->virt, g)) {
+          g++;
+          continue;
+        }
+        uint64_t s = r->ostart[g], n = r->olen[s];
+        virt_sub(a, bits_clear(r->virt, s, s + n - 1));
+        g = s + n;
+      }
+  } else if (!r->virt && !(r->virt = calloc(r->nwords, sizeof(uint64_t)))) {
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
   }
   uint64_t n = 0;
-  for (uint64_t g = lo; g <= hi; g++) {
-    if (bit(r->mapped, g)) continue;
-    bit_set(r->mapped, g);
-    n++;
-    if (r->trimmed[g] && (uint32_t)(a->ops - r->trimmed[g]) <= REGRET_WINDOW) regret++;
-    if (!covered && r->cnt[g] == 0) {
-      bit_set(r->fm, g);
-      a->free_mapped++;
+  for (uint64_t g = lo; g <= hi;) {
+    if (bit(r->mapped, g)) {
+      g++;
+      continue;
     }
+    uint64_t e = object_end(a, r, g, hi); /* the object the storage walk made */
+    r->olen[g] = (uint32_t)(e - g + 1);
+    for (uint64_t x = g; x <= e; x++) {
+      r->ostart[x] = (uint32_t)g;
+      bit_set(r->mapped, x);
+      if (lazy) bit_set(r->virt, x);
+      n++;
+      if (r->trimmed[x] && (uint32_t)(a->ops - r->trimmed[x]) <= REGRET_WINDOW) regret++;
+      if (!covered && r->cnt[x] == 0) {
+        bit_set(r->fm, x);
+        a->free_mapped++;
+      }
+    }
+    g = e + 1;
   }
   if (n == 0) return CM_OK; /* only virtual granules were backed */
-  if (lazy) a->unbacked += n;
+  if (lazy) {
+    a->unbacked += n;
+    a->st->dry_bytes += n << a->gshift;
+  }
   r->mapped_gran += n;
   /* feedback: re-mapping what was just trimmed raises the budget, a map
    * without regret lets it decay */
@@ -592,7 +719,20 @@ static void region_free_mem(region *r) {
   free(r->virt);
   free(r->cnt);
   free(r->trimmed);
+  free(r->ostart);
+  free(r->olen);
   free(r);
+}
+
+/* Address space of a VM region when page_size is not given: generously more
+ * than the device (address space is cheap; only physical memory should limit
+ * a request): twice the device memory (max_page_size is a quarter of it),
+ * at least REGION_DEFAULT. */
+static uint64_t region_default(const arena *a) {
+  uint64_t dev = a->base.m->props.max_page_size;
+  uint64_t size = dev <= (REGION_DEFAULT / 8) ? REGION_DEFAULT : dev * 8;
+  uint64_t cap = MAX_REGION_GRANULES << a->gshift;
+  return size < cap ? size : cap;
 }
 
 /* Segment size for a request of span s (no VM). */
@@ -627,10 +767,15 @@ static void region_release(arena *a, uint32_t ri) {
   bin_remove(a, b);
   node_put(a, b);
   if (r->vm) {
-    cm__storage_vm_release(a->st, r->id, r->size);
+    (void)cm__storage_vm_release(a->st, r->id, r->size, NULL); /* a failure is counted there */
   } else {
-    if (r->lazy) a->unbacked--;
-    else cm_storage_dealloc(a->st, r->id, r->size);
+    if (r->lazy) {
+      a->unbacked--;
+      a->lazy_bytes -= r->size;
+      a->st->dry_bytes -= r->size;
+    } else {
+      cm_storage_dealloc(a->st, r->id, r->size);
+    }
     a->held -= r->size;
     cm__pool_reserved_add(&a->base, -(int64_t)r->size);
   }
@@ -655,7 +800,7 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
   }
   int rc = CM_OK;
   if (a->vm) {
-    uint64_t size = a->base.opts.page_size ? a->base.opts.page_size : a->gran * REGION_GRANULES;
+    uint64_t size = a->base.opts.page_size ? a->base.opts.page_size : region_default(a);
     if (size < s) size = s;
     if (!cm__round_up(size, a->gran, &size) || (size >> a->gshift) > MAX_REGION_GRANULES) {
       rc = cm__diag_set(diag, CM_ETOOBIG,
@@ -671,7 +816,9 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
     r->fm = calloc(r->nwords, sizeof(uint64_t));
     r->cnt = calloc(r->ngran, sizeof(uint32_t));
     r->trimmed = calloc(r->ngran, sizeof(uint32_t));
-    if (!r->mapped || !r->fm || !r->cnt || !r->trimmed) {
+    r->ostart = calloc(r->ngran, sizeof(uint32_t));
+    r->olen = calloc(r->ngran, sizeof(uint32_t));
+    if (!r->mapped || !r->fm || !r->cnt || !r->trimmed || !r->ostart || !r->olen) {
       rc = cm__diag_set(diag, CM_ENOMEM, "out of host memory");
       goto fail;
     }
@@ -689,11 +836,26 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
       }
     }
     if (lazy) { /* dry run: counted now, allocated when first needed */
+      if (dry_short(a, size) && size > s) size = s; /* as the eager fallback below */
+      if (dry_short(a, size)) {
+        rc = cm__diag_set(diag, CM_EOOM,
+                          "the device would be out of memory: a %" PRIu64 " bytes segment for a "
+                          "dry-run reservation of %" PRIu64 " bytes",
+                          size, s);
+        goto fail;
+      }
       r->id = cm__manager_lazy_id(a->base.m);
       r->lazy = true;
       a->unbacked++;
+      a->lazy_bytes += size;
+      a->st->dry_bytes += size;
     } else {
       rc = cm_storage_alloc(a->st, size, &r->id, diag);
+      if (rc == CM_EOOM && size > s) { /* the device is short: the request's own size may fit */
+        if (diag) cm_diag_clear(diag);
+        size = s;
+        rc = cm_storage_alloc(a->st, size, &r->id, diag);
+      }
       if (rc != CM_OK) goto fail;
     }
     r->size = size;
@@ -799,6 +961,8 @@ static int seg_back(arena *a, region *r, cm_diag_t *diag) {
   r->id = id;
   r->lazy = false;
   a->unbacked--;
+  a->lazy_bytes -= r->size;
+  a->st->dry_bytes -= r->size;
   for (ablk *b = r->first; b; b = b->next) {
     b->s.storage_id = id;
     if (!b->free && !b->s.mapped) {
@@ -862,6 +1026,16 @@ static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
 /* Hysteresis budget: free mapped granules kept for reuse. */
 static uint64_t keep_budget(const arena *a) { return KEEP_MIN + ((a->held >> a->gshift) >> KEEP_SHIFT) + a->regret; }
 
+/* Dry run: would virtually mapping (or counting) `add` more bytes exceed the
+ * device's free memory, as the storage reports it (unknown: never)? Memory a
+ * dry run counted but did not map is not in the storage's figure. */
+static bool dry_short(const arena *a, uint64_t add) {
+  uint64_t free_b = 0, total = 0;
+  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
+  uint64_t pending = a->st->dry_bytes; /* of every pool on this storage */
+  return add > free_b || pending > free_b - add;
+}
+
 /* Would adding `add` bytes exceed the cap? */
 static bool over_cap(const arena *a, uint64_t add) {
   uint64_t cap = a->base.opts.max_pool_size;
@@ -893,7 +1067,29 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     if (over_cap(a, need << a->gshift)) trim(a, UINT64_MAX, r, g0, g1);
     if (over_cap(a, need << a->gshift)) return cap_error(a, s, diag);
   }
-  return map_range(a, r, g0, hi, false, lazy, diag);
+  if (lazy && dry_short(a, (need + hi - g1) << a->gshift)) {
+    /* a dry run meets the device's limit where an eager run would: the same
+     * fallback as below, then the same error */
+    hi = g1;
+    if (dry_short(a, need << a->gshift)) trim(a, UINT64_MAX, r, g0, g1);
+    if (dry_short(a, need << a->gshift))
+      return cm__diag_set(diag, CM_EOOM,
+                          "the device would be out of memory: %" PRIu64 " bytes to map for a "
+                          "dry-run reservation of %" PRIu64 " bytes",
+                          need << a->gshift, s);
+  }
+  int rc = map_range(a, r, g0, hi, false, lazy, diag);
+  if (rc == CM_EOOM && !lazy) {
+    /* The device is short. Growth ahead of the request and cached memory are
+     * what can give: give back every other free mapped chunk, then map only
+     * what the request needs. */
+    uint64_t freed = trim(a, UINT64_MAX, r, g0, g1);
+    if (freed || hi > g1) {
+      if (diag) cm_diag_clear(diag);
+      rc = map_range(a, r, g0, g1, false, false, diag);
+    }
+  }
+  return rc;
 }
 
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
@@ -1006,7 +1202,7 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
       trim(a, UINT64_MAX, NULL, 1, 0);
     } else {
       uint64_t budget = keep_budget(a);
-      if (a->low_free > budget) trim(a, a->low_free - budget, NULL, 1, 0);
+      if (a->low_free > budget) trim_objects(a, a->low_free - budget, false, NULL, 1, 0);
     }
   }
   for (uint32_t i = a->nregs; i-- > 0;) {
@@ -1165,6 +1361,27 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
                                      cnt[g]);
         if (m && g >= r->top) BAD("mapped granule above top");
       }
+      for (uint64_t g = 0; g < lim;) { /* objects tile the mapped granules, all real or all virtual */
+        if (!bit(r->mapped, g)) {
+          if (r->olen[g]) BAD("object recorded at unmapped granule %" PRIu64, g);
+          g++;
+          continue;
+        }
+        uint64_t n = r->olen[g];
+        if (n == 0 || g + n > r->ngran) {
+          BAD("mapped granule %" PRIu64 " starts no object", g);
+          g++;
+          continue;
+        }
+        if (n > a->omax) BAD("object at %" PRIu64 " larger than the object limit", g);
+        bool v = r->virt && bit(r->virt, g);
+        for (uint64_t x = g; x < g + n; x++) {
+          if (!bit(r->mapped, x) || r->ostart[x] != g || (x > g && r->olen[x]))
+            BAD("object at granule %" PRIu64 " broken at %" PRIu64, g, x);
+          if ((r->virt && bit(r->virt, x)) != v) BAD("object at %" PRIu64 " partly virtual", g);
+        }
+        g += n;
+      }
       if (mg != r->mapped_gran) BAD("mapped granule count");
       held += mg << a->gshift;
     } else {
@@ -1248,6 +1465,7 @@ static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
 
 static void destroy(cm__pool *p) {
   arena *a = AR(p);
+  a->st->dry_bytes -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
   for (uint32_t i = 0; i < a->nregs; i++) {
     region *r = a->regs[i];
     if (!r) continue;
@@ -1256,17 +1474,18 @@ static void destroy(cm__pool *p) {
       node_drop(b);
     }
     if (r->vm) {
-      for (uint64_t g = 0; g < r->top;) { /* virtual granules were never mapped */
-        if (!backed(r, g)) {
+      batch ub = {0, 0, 0};
+      for (uint64_t g = 0; g < r->top;) { /* object by object; virtual ones were never mapped */
+        if (!bit(r->mapped, g)) {
           g++;
           continue;
         }
-        uint64_t e = g;
-        while (e + 1 < r->top && backed(r, e + 1)) e++;
-        cm__storage_vm_unmap(a->st, r->id, g << a->gshift, (e - g + 1) << a->gshift);
-        g = e + 1;
+        uint64_t n = r->olen[g];
+        if (backed(r, g)) unmap_add(a, r, &ub, g, n);
+        g += n ? n : 1;
       }
-      cm__storage_vm_release(a->st, r->id, r->size);
+      unmap_flush(a, r, &ub);
+      (void)cm__storage_vm_release(a->st, r->id, r->size, NULL); /* failures counted there */
     } else if (!r->lazy) {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
@@ -1315,6 +1534,10 @@ int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t
     a->vm = true;
     a->gran = g;
     a->gshift = (unsigned)__builtin_ctzll(g);
+    /* the largest physical object, in granules (0 = OBJECT_MAX_DEFAULT) */
+    uint64_t om = o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
+    om = (om + g - 1) >> a->gshift;
+    a->omax = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;

@@ -34,6 +34,8 @@ static void snapshot_pools(cm_manager_t *m, size_t np, uint64_t *out) {
   out[np] = cm_manager_pool_report(m, CM_PERSISTENT_POOL, &r) == CM_OK ? r.usage.bytes_reserved : 0;
 }
 
+static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b);
+
 int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_options_t *opts,
                   cm_replay_result_t *out, cm_diag_t *diag) {
   if (!trace || !m || !out) return cm__diag_set(diag, CM_EINVAL, "cm_replay_run: NULL argument");
@@ -69,6 +71,7 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
 
   const cm_trace_event_t *ev = trace->events;
   const size_t n = trace->count;
+  size_t n_done = n;
   uint64_t allocs = 0, frees = 0, failed = 0;
   cm_diag_t fail_diag;
   memset(&fail_diag, 0, sizeof fail_diag);
@@ -94,6 +97,10 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
           snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
                    fail_diag.message[0] ? fail_diag.message : cm_strerror(rc));
           fdp = NULL;
+        }
+        if (o.stop_on_failure) {
+          n_done = i + 1;
+          break;
         }
       }
     } else if (h[e->slot].d) {
@@ -134,7 +141,7 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   free(h);
   if (o.progress) o.progress(o.progress_arg, n, n);
 
-  out->events = n;
+  out->events = n_done;
   out->allocs = allocs;
   out->frees = frees;
   out->failed_allocs = failed;
@@ -147,6 +154,10 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   out->device_allocs = s1.allocs - s0.allocs + out->device_maps;
   out->device_frees = s1.deallocs - s0.deallocs + out->device_unmaps;
   out->device_time_ns = s1.time_ns - s0.time_ns;
+  out->storage = stats_delta(&s0, &s1);
+  const cm_storage_stats_t *d = &out->storage;
+  out->driver_calls = d->allocs + d->deallocs + d->creates + d->map_calls + d->set_access +
+                      d->unmap_calls + d->releases + d->reserves + d->address_frees;
   out->elapsed_ns = t1 - t0;
   out->ns_per_op = (allocs + frees) ? (double)(t1 - t0) / (double)(allocs + frees) : 0.0;
   out->pool_count = np;
@@ -155,6 +166,18 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   out->timeline = tl;
   out->timeline_count = ntl;
   return CM_OK;
+}
+
+/* Counters of b minus those of a; levels and peaks as in b. */
+static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b) {
+  cm_storage_stats_t d = *b;
+#define D(f) d.f = b->f - a->f
+  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
+  D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
+  D(address_frees); D(time_alloc_ns); D(time_free_ns); D(time_map_ns); D(time_unmap_ns);
+  D(time_reserve_ns); D(errors); D(violations);
+#undef D
+  return d;
 }
 
 void cm_replay_result_free(cm_replay_result_t *r) {

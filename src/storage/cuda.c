@@ -744,25 +744,59 @@ static entry *vm_entry(cuda_storage *s, uint64_t id, cm_diag_t *diag) {
   return e;
 }
 
-static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_diag_t *diag) {
+/* Index of the first mapping of e whose end is above `off` (mappings are kept
+ * sorted by offset and never overlap). */
+static size_t map_lower(const entry *e, uint64_t off) {
+  size_t lo = 0, hi = e->nmaps;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (e->maps[mid].offset + e->maps[mid].size <= off) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Unmap and release mappings [i, i+n) of e (context pushed). Returns the
+ * number that failed; those stay recorded. */
+static size_t unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
+  const cu_api *a = &s->dev->api;
+  size_t failed = 0, w = i;
+  for (size_t k = i; k < i + n; k++) {
+    vm_mapping m = e->maps[k];
+    if (a->MemUnmap(e->ptr + m.offset, (size_t)m.size) != CUDA_SUCCESS) {
+      failed++;
+      e->maps[w++] = m; /* still mapped: keep the record */
+      continue;
+    }
+    if (a->MemRelease(m.handle) != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+  }
+  memmove(e->maps + w, e->maps + i + n, (e->nmaps - i - n) * sizeof *e->maps);
+  e->nmaps -= i + n - w;
+  if (failed) atomic_fetch_add(&s->free_errors, failed);
+  return failed;
+}
+
+static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
+                      cm_diag_t *diag) {
   cuda_storage *s = ctx;
   const cu_api *a = &s->dev->api;
   entry *e = vm_entry(s, id, diag);
   if (!e) return CM_EHANDLE;
   uint64_t g = s->granularity;
-  if (size == 0 || offset % g || size % g || offset > e->reserved || size > e->reserved - offset)
+  if (size == 0 || piece == 0 || piece % g || size % piece || offset % g ||
+      offset > e->reserved || size > e->reserved - offset)
     return cm__diag_set(diag, CM_EINVAL,
                         "cannot map [%" PRIu64 ", +%" PRIu64 ") of a %" PRIu64
-                        "-byte reservation with granule %" PRIu64,
-                        offset, size, e->reserved, g);
-  for (size_t i = 0; i < e->nmaps; i++) {
-    const vm_mapping *m = &e->maps[i];
-    if (offset < m->offset + m->size && m->offset < offset + size)
-      return cm__diag_set(diag, CM_EINVAL, "[%" PRIu64 ", +%" PRIu64 ") is already mapped", offset,
-                          size);
-  }
-  if (e->nmaps == e->capmaps) { /* make room first: recording must not fail later */
-    size_t ncap = e->capmaps ? e->capmaps * 2 : 4;
+                        "-byte reservation in objects of %" PRIu64 " bytes (granule %" PRIu64 ")",
+                        offset, size, e->reserved, piece, g);
+  size_t at = map_lower(e, offset);
+  if (at < e->nmaps && e->maps[at].offset < offset + size)
+    return cm__diag_set(diag, CM_EINVAL, "[%" PRIu64 ", +%" PRIu64 ") is already mapped", offset,
+                        size);
+  size_t n = (size_t)(size / piece);
+  if (e->nmaps + n > e->capmaps) { /* make room first: recording must not fail later */
+    size_t ncap = e->capmaps ? e->capmaps : 4;
+    while (ncap < e->nmaps + n) ncap *= 2;
     vm_mapping *nm = realloc(e->maps, ncap * sizeof *nm);
     if (!nm) return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
     e->maps = nm;
@@ -770,80 +804,103 @@ static int dev_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm
   }
   int rc = ctx_push(s->dev, diag);
   if (rc != CM_OK) return rc;
-  CUmemGenericAllocationHandle h = 0;
-  CUresult r = a->MemCreate(&h, (size_t)size, &s->prop, 0);
-  if (r != CUDA_SUCCESS) {
+  memmove(e->maps + at + n, e->maps + at, (e->nmaps - at) * sizeof *e->maps);
+  size_t done = 0;
+  CUresult r = CUDA_SUCCESS;
+  const char *what = NULL;
+  for (; done < n; done++) {
+    CUmemGenericAllocationHandle h = 0;
+    uint64_t off = offset + done * piece;
+    r = a->MemCreate(&h, (size_t)piece, &s->prop, 0);
+    if (r != CUDA_SUCCESS) {
+      what = "cuMemCreate";
+      break;
+    }
+    r = a->MemMap(e->ptr + off, (size_t)piece, 0, h, 0);
+    if (r != CUDA_SUCCESS) {
+      (void)a->MemRelease(h);
+      what = "cuMemMap";
+      break;
+    }
+    e->maps[at + done] = (vm_mapping){off, piece, h};
+  }
+  if (!what) {
+    cu_access_desc acc = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    r = a->MemSetAccess(e->ptr + offset, (size_t)size, &acc, 1);
+    if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
+  }
+  e->nmaps += done;
+  if (what) { /* undo what this call mapped */
+    (void)unmap_records(s, e, at, done);
     ctx_pop(s->dev);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      cm__diag_set(diag, CM_EOOM, "device out of memory allocating %" PRIu64 " bytes", size);
+      cm__diag_set(diag, CM_EOOM, "device out of memory mapping %" PRIu64 " bytes (%s)", size, what);
       if (diag) diag->native = r;
       return CM_EOOM;
     }
-    return driver_error(a, diag, CM_ESTORAGE, r, "cuMemCreate");
-  }
-  r = a->MemMap(e->ptr + offset, (size_t)size, 0, h, 0);
-  if (r != CUDA_SUCCESS) {
-    (void)a->MemRelease(h);
-    ctx_pop(s->dev);
-    return driver_error(a, diag, CM_ESTORAGE, r, "cuMemMap");
-  }
-  cu_access_desc acc = {.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
-                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  r = a->MemSetAccess(e->ptr + offset, (size_t)size, &acc, 1);
-  if (r != CUDA_SUCCESS) {
-    (void)a->MemUnmap(e->ptr + offset, (size_t)size);
-    (void)a->MemRelease(h);
-    ctx_pop(s->dev);
-    return driver_error(a, diag, CM_ESTORAGE, r, "cuMemSetAccess");
+    return driver_error(a, diag, CM_ESTORAGE, r, what);
   }
   ctx_pop(s->dev);
-  e->maps[e->nmaps++] = (vm_mapping){offset, size, h};
   return CM_OK;
 }
 
-static void dev_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size) {
+static int dev_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
+                        cm_diag_t *diag) {
   cuda_storage *s = ctx;
-  const cu_api *a = &s->dev->api;
-  entry *e = vm_entry(s, id, NULL);
-  if (!e || !e->nmaps) return;
-  if (ctx_push(s->dev, NULL) != CM_OK) {
-    atomic_fetch_add(&s->free_errors, 1);
-    return;
+  entry *e = vm_entry(s, id, diag);
+  if (!e) return CM_EHANDLE;
+  size_t at = map_lower(e, offset), n = 0;
+  uint64_t end = offset;
+  while (at + n < e->nmaps && end < offset + size && e->maps[at + n].offset == end &&
+         e->maps[at + n].size == piece) {
+    end += piece;
+    n++;
   }
-  (void)a->StreamSynchronize(s->stream); /* queued work may still use the pages */
-  size_t kept = 0;
-  for (size_t i = 0; i < e->nmaps; i++) {
-    vm_mapping m = e->maps[i];
-    /* Only whole mappings inside the range can go (the driver unmaps whole
-     * mappings); others stay. */
-    if (m.offset >= offset && m.offset - offset <= size && m.size <= size - (m.offset - offset)) {
-      if (a->MemUnmap(e->ptr + m.offset, (size_t)m.size) != CUDA_SUCCESS ||
-          a->MemRelease(m.handle) != CUDA_SUCCESS)
-        atomic_fetch_add(&s->free_errors, 1);
-    } else {
-      e->maps[kept++] = m;
-    }
+  if (size == 0 || piece == 0 || end != offset + size)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cannot unmap [%" PRIu64 ", +%" PRIu64 "): it is not exactly a run of whole "
+                        "mappings of %" PRIu64 " bytes",
+                        offset, size, piece);
+  int rc = ctx_push(s->dev, diag);
+  if (rc != CM_OK) return rc;
+  CUresult r = s->dev->api.StreamSynchronize(s->stream); /* queued work may still use the pages */
+  if (r != CUDA_SUCCESS) {
+    ctx_pop(s->dev);
+    return driver_error(&s->dev->api, diag, CM_ESTORAGE, r, "cuStreamSynchronize before cuMemUnmap");
   }
-  e->nmaps = kept;
+  size_t failed = unmap_records(s, e, at, n);
   ctx_pop(s->dev);
+  if (failed)
+    return cm__diag_set(diag, CM_ESTORAGE, "cuMemUnmap failed for %zu of %zu mappings", failed, n);
+  return CM_OK;
 }
 
-static void dev_vm_release(void *ctx, uint64_t id) {
+static int dev_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   cuda_storage *s = ctx;
-  entry *e = vm_entry(s, id, NULL);
-  if (!e) return;
-  if (ctx_push(s->dev, NULL) != CM_OK) {
-    atomic_fetch_add(&s->free_errors, 1);
-  } else {
-    (void)free_entry_memory(s, e);
-    ctx_pop(s->dev);
-  }
+  entry *e = vm_entry(s, id, diag);
+  if (!e) return CM_EHANDLE;
+  if (e->nmaps)
+    return cm__diag_set(diag, CM_EINVAL, "cannot free a reservation with %zu mappings in it",
+                        e->nmaps);
+  int rc = ctx_push(s->dev, diag);
+  if (rc != CM_OK) return rc;
+  rc = free_entry_memory(s, e);
+  ctx_pop(s->dev);
+  if (rc != CM_OK) return cm__diag_set(diag, rc, "cuMemAddressFree failed");
   (void)cm__u64map_remove(&s->entries, id);
   destroy_entry(e);
+  return CM_OK;
+}
+
+static int dev_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
+  cuda_storage *s = ctx;
+  return cm_cuda_device_mem_info(s->dev, free_bytes, total_bytes, NULL);
 }
 
 static const cm_storage_ops_t k_cuda_ops = {
     .name = "cuda",
+    .mem_info = dev_mem_info,
     .alignment = dev_alignment,
     .alloc = dev_alloc,
     .dealloc = dev_dealloc,

@@ -173,20 +173,26 @@ static int faulty_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag
   if (rc) return rc;
   return c->iops->vm_reserve(c->ictx, size, out_id, diag);
 }
-static int faulty_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size,
+static int faulty_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
                          cm_diag_t *diag) {
   faulty_ctx *c = ctx;
   int rc = decide(c, CM_FAULT_OP_VM_MAP, "vm_map", diag);
   if (rc) return rc;
-  return c->iops->vm_map(c->ictx, id, offset, size, diag);
+  return c->iops->vm_map(c->ictx, id, offset, size, piece, diag);
 }
-static void faulty_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size) {
+static int faulty_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
+                           cm_diag_t *diag) {
   faulty_ctx *c = ctx;
-  c->iops->vm_unmap(c->ictx, id, offset, size);
+  return c->iops->vm_unmap(c->ictx, id, offset, size, piece, diag);
 }
-static void faulty_vm_release(void *ctx, uint64_t id) {
+static int faulty_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   faulty_ctx *c = ctx;
-  c->iops->vm_release(c->ictx, id);
+  return c->iops->vm_release(c->ictx, id, diag);
+}
+
+static int faulty_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
+  faulty_ctx *c = ctx;
+  return c->iops->mem_info(c->ictx, free_bytes, total_bytes);
 }
 
 int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
@@ -224,6 +230,7 @@ int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
   if (io->vm_map) c->ops.vm_map = faulty_vm_map;
   if (io->vm_unmap) c->ops.vm_unmap = faulty_vm_unmap;
   if (io->vm_release) c->ops.vm_release = faulty_vm_release;
+  if (io->mem_info) c->ops.mem_info = faulty_mem_info;
 
   rc = cm_storage_create(&c->ops, c, out);
   if (rc) {

@@ -116,32 +116,49 @@ static int host_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t
   return CM_OK;
 }
 
-static int host_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, cm_diag_t *diag) {
+/* Mappings are not tracked one by one here (the simulated device and the
+ * CUDA storage enforce the contract); ranges and sizes are checked. */
+static int host_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                       cm_diag_t *diag) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2 || off > e->size || size > e->size - off || off % HOST_GRANULE ||
-      size % HOST_GRANULE)
+  if (!e || e->live != 2)
+    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
+                        (unsigned long long)id);
+  if (off > e->size || size > e->size - off || off % HOST_GRANULE || size == 0 || piece == 0 ||
+      piece % HOST_GRANULE || size % piece)
     return cm__diag_set(diag, CM_EINVAL, "host vm_map: bad range");
   if (mprotect((char *)e->mem + off, (size_t)size, PROT_READ | PROT_WRITE) != 0)
     return cm__diag_set(diag, CM_EOOM, "host vm_map: mprotect failed");
   return CM_OK;
 }
 
-static void host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size) {
+static int host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                         cm_diag_t *diag) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2) return;
+  if (!e || e->live != 2)
+    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
+                        (unsigned long long)id);
+  if (off > e->size || size > e->size - off || off % HOST_GRANULE || size == 0 || piece == 0 ||
+      size % piece)
+    return cm__diag_set(diag, CM_EINVAL, "host vm_unmap: bad range");
   CM__UNPOISON((char *)e->mem + off, size);
-  madvise((char *)e->mem + off, (size_t)size, MADV_DONTNEED);
-  mprotect((char *)e->mem + off, (size_t)size, PROT_NONE);
+  if (madvise((char *)e->mem + off, (size_t)size, MADV_DONTNEED) != 0 ||
+      mprotect((char *)e->mem + off, (size_t)size, PROT_NONE) != 0)
+    return cm__diag_set(diag, CM_ESTORAGE, "host vm_unmap: madvise/mprotect failed");
+  return CM_OK;
 }
 
-static void host_vm_release(void *ctx, uint64_t id) {
+static int host_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   host_ctx *c = ctx;
   cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2) return;
+  if (!e || e->live != 2)
+    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
+                        (unsigned long long)id);
   munmap(e->mem, (size_t)e->size); /* its mapped granules were unmapped (and unpoisoned) */
   e->live = 0;
+  return CM_OK;
 }
 
 static const cm_storage_ops_t k_host_ops = {

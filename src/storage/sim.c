@@ -1,25 +1,77 @@
 /*
- * sim.c - the simulated device: address ranges with no backing memory.
+ * sim.c - the simulated device: address ranges with no backing memory, under
+ * the CUDA driver's rules.
  *
- * Addresses come from a bump pointer (aligned to 512, never reused), so an
- * 80 GiB workload replays on a laptop. Capacity accounting counts allocated
- * plus mapped bytes; over capacity an allocation fails with CM_EOOM when the
- * storage was created with fail_over_capacity, else it is only counted.
- * Virtual memory: vm_reserve hands out an address range, vm_map/unmap count
- * granules (they must be granule-aligned) against the capacity.
- * Exports: cm_storage_sim_create.
+ * Addresses come from a bump pointer (never reused), so an 80 GiB workload
+ * replays on a laptop; plain allocations are 512-aligned, reservations are
+ * aligned to the granule. Capacity accounting counts allocated plus mapped
+ * bytes; over capacity a call fails with CM_EOOM when the storage was created
+ * with fail_over_capacity, else it is only counted.
+ *
+ * Virtual memory follows storage.h's contract, which is the driver's
+ * (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap,
+ * cuMemRelease, cuMemAddressFree): reservations are granule multiples;
+ * physical objects are granule multiples mapped whole, each as one mapping,
+ * never overlapping another, only inside a reservation; a mapping is unmapped
+ * whole or not at all; a reservation is freed only when nothing is mapped in
+ * it. Anything else fails with CM_EINVAL (unknown ids with CM_EHANDLE),
+ * changes nothing, and is counted as a violation with its message
+ * (cm_storage_sim_state), as is a dealloc of an id that is not a live
+ * allocation. So what passes here passes on the driver.
+ *
+ * Mappings of a reservation are kept per granule, up to the highest granule
+ * ever mapped (so the bookkeeping is proportional to what was mapped, not to
+ * the address space reserved): a bitmap of mapped granules and, for the first
+ * granule of each mapping, its length in granules.
+ * Exports: cm_storage_sim_create, cm_storage_sim_state.
  */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/util.h"
-#include "storage/idtable.h"
+#include "storage/storage_internal.h"
+
+enum { E_FREE = 0, E_ALLOC = 1, E_RANGE = 2 };
+
+typedef struct sim_entry {
+  uint64_t addr, size;
+  uint8_t kind;
+  /* reservations */
+  uint64_t ngran;   /* granules covered by the arrays below */
+  uint64_t *mapped; /* bit per granule */
+  uint32_t *start;  /* length in granules of the mapping starting here, else 0 */
+  uint64_t nmaps;   /* mappings in the range */
+} sim_entry;
 
 typedef struct sim_ctx {
-  cm__id_table ids;
+  sim_entry *v;
+  uint64_t len, cap; /* v[0] unused */
   uint64_t next_addr;
-  uint64_t capacity, used, granularity;
+  uint64_t capacity, used, used_peak, granularity;
+  unsigned gshift;
   bool fail_over;
+  uint64_t violations, allocations, reservations, mappings;
+  char last_violation[192];
 } sim_ctx;
+
+static const cm_storage_ops_t k_sim_ops;
+
+static sim_entry *entry(sim_ctx *c, uint64_t id, uint8_t kind) {
+  return (id > 0 && id < c->len && c->v[id].kind == kind) ? &c->v[id] : NULL;
+}
+
+/* Record a violation: count it, keep its message, and set diag. */
+static int violation(sim_ctx *c, cm_diag_t *diag, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_violation, sizeof c->last_violation, fmt, ap);
+  va_end(ap);
+  c->violations++;
+  return cm__diag_set(diag, code, "simulated device refused the call: %s", c->last_violation);
+}
 
 static uint64_t sim_alignment(void *ctx) {
   (void)ctx;
@@ -29,26 +81,32 @@ static uint64_t sim_alignment(void *ctx) {
 static int sim_take(sim_ctx *c, uint64_t size, cm_diag_t *diag) {
   if (c->capacity && c->fail_over && (size > c->capacity || c->used > c->capacity - size))
     return cm__diag_set(diag, CM_EOOM,
-                        "simulated device out of memory: %llu bytes requested, %llu of %llu in use",
-                        (unsigned long long)size, (unsigned long long)c->used,
-                        (unsigned long long)c->capacity);
+                        "simulated device out of memory: %" PRIu64 " bytes requested, %" PRIu64
+                        " of %" PRIu64 " in use",
+                        size, c->used, c->capacity);
   c->used += size;
+  if (c->used > c->used_peak) c->used_peak = c->used;
   return CM_OK;
 }
 
-static int sim_new_range(sim_ctx *c, uint64_t size, uint8_t kind, uint64_t *out_id,
-                         cm_diag_t *diag) {
-  uint64_t span;
-  if (!cm__round_up(size ? size : 1, 512, &span) || c->next_addr > UINT64_MAX - span)
-    return cm__diag_set(diag, CM_ETOOBIG, "simulated device: %llu bytes exceed the address space",
-                        (unsigned long long)size);
-  uint64_t id = cm__id_new(&c->ids);
-  if (!id) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
-  cm__id_entry *e = &c->ids.v[id];
-  e->addr = c->next_addr;
-  e->size = size;
-  e->live = kind;
-  c->next_addr += span;
+static int sim_new_range(sim_ctx *c, uint64_t size, uint64_t align, uint8_t kind,
+                         uint64_t *out_id, cm_diag_t *diag) {
+  uint64_t base, span;
+  if (!cm__round_up(c->next_addr, align, &base) || !cm__round_up(size ? size : 1, 512, &span) ||
+      base > UINT64_MAX - span)
+    return cm__diag_set(diag, CM_ETOOBIG, "simulated device: %" PRIu64 " bytes exceed the address space",
+                        size);
+  if (c->len == 0) c->len = 1;
+  if (c->len >= c->cap) {
+    uint64_t nc = c->cap ? c->cap * 2 : 1024;
+    sim_entry *nv = realloc(c->v, nc * sizeof *nv);
+    if (!nv) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+    c->v = nv;
+    c->cap = nc;
+  }
+  uint64_t id = c->len++;
+  c->v[id] = (sim_entry){.addr = base, .size = size, .kind = kind};
+  c->next_addr = base + span;
   *out_id = id;
   return CM_OK;
 }
@@ -57,29 +115,38 @@ static int sim_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag
   sim_ctx *c = ctx;
   int rc = sim_take(c, size, diag);
   if (rc) return rc;
-  rc = sim_new_range(c, size, 1, out_id, diag);
-  if (rc) c->used -= size;
-  return rc;
+  rc = sim_new_range(c, size, 512, E_ALLOC, out_id, diag);
+  if (rc) {
+    c->used -= size;
+    return rc;
+  }
+  c->allocations++;
+  return CM_OK;
 }
 
 static void sim_dealloc(void *ctx, uint64_t id) {
   sim_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 1) return;
+  sim_entry *e = entry(c, id, E_ALLOC);
+  if (!e) {
+    (void)violation(c, NULL, CM_EHANDLE, "free of StorageId(%" PRIu64 "), which is not a live allocation", id);
+    return;
+  }
   c->used -= e->size;
-  e->live = 0;
+  c->allocations--;
+  e->kind = E_FREE;
 }
 
 static int sim_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
                    cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e) return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) in the sim storage",
-                              (unsigned long long)id);
+  sim_entry *e = entry(c, id, E_ALLOC);
+  if (!e) e = entry(c, id, E_RANGE);
+  if (!e) return cm__diag_set(diag, CM_EHANDLE, "StorageId(%" PRIu64 ") in the sim storage", id);
   if (offset > e->size || size > e->size - offset)
-    return cm__diag_set(diag, CM_EINVAL, "range [%llu, +%llu) outside StorageId(%llu) of %llu bytes",
-                        (unsigned long long)offset, (unsigned long long)size,
-                        (unsigned long long)id, (unsigned long long)e->size);
+    return cm__diag_set(diag, CM_EINVAL,
+                        "range [%" PRIu64 ", +%" PRIu64 ") outside StorageId(%" PRIu64 ") of %" PRIu64
+                        " bytes",
+                        offset, size, id, e->size);
   out->addr = e->addr + offset;
   out->host = NULL;
   out->size = size;
@@ -88,40 +155,154 @@ static int sim_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_re
 
 static void sim_release(void *ctx) {
   sim_ctx *c = ctx;
-  free(c->ids.v);
+  for (uint64_t i = 1; i < c->len; i++) {
+    free(c->v[i].mapped);
+    free(c->v[i].start);
+  }
+  free(c->v);
   free(c);
 }
 
 static uint64_t sim_granularity(void *ctx) { return ((sim_ctx *)ctx)->granularity; }
 
 static int sim_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
-  return sim_new_range(ctx, size, 2, out_id, diag);
+  sim_ctx *c = ctx;
+  if (size == 0 || size % c->granularity)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot reserve %" PRIu64 " bytes: a reservation is a non-zero multiple of "
+                     "the granularity (%" PRIu64 " bytes)",
+                     size, c->granularity);
+  int rc = sim_new_range(c, size, c->granularity, E_RANGE, out_id, diag);
+  if (rc == CM_OK) c->reservations++;
+  return rc;
 }
 
-static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, cm_diag_t *diag) {
-  sim_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2 || off > e->size || size > e->size - off || off % c->granularity ||
-      size % c->granularity)
-    return cm__diag_set(diag, CM_EINVAL, "sim vm_map: bad range");
-  return sim_take(c, size, diag);
+static bool bit(const uint64_t *bm, uint64_t i) { return (bm[i / 64] >> (i % 64)) & 1; }
+
+/* Grow the per-granule arrays of e to cover granules below `n`. */
+static int grow(sim_entry *e, uint64_t n) {
+  if (n <= e->ngran) return CM_OK;
+  uint64_t nn = e->ngran ? e->ngran : 64;
+  while (nn < n) nn *= 2;
+  uint64_t *nm = realloc(e->mapped, ((nn + 63) / 64) * sizeof *nm);
+  if (!nm) return CM_ENOMEM;
+  e->mapped = nm;
+  uint32_t *ns = realloc(e->start, nn * sizeof *ns);
+  if (!ns) return CM_ENOMEM;
+  e->start = ns;
+  memset(nm + (e->ngran + 63) / 64, 0, ((nn + 63) / 64 - (e->ngran + 63) / 64) * sizeof *nm);
+  memset(ns + e->ngran, 0, (nn - e->ngran) * sizeof *ns);
+  e->ngran = nn;
+  return CM_OK;
 }
 
-static void sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size) {
+static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                      cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  (void)id;
-  (void)off;
-  c->used -= size < c->used ? size : c->used;
+  uint64_t G = c->granularity;
+  sim_entry *e = entry(c, id, E_RANGE);
+  if (!e)
+    return violation(c, diag, CM_EHANDLE, "map into StorageId(%" PRIu64 "), which is not a reservation",
+                     id);
+  if (piece == 0 || piece % G || piece >> c->gshift > UINT32_MAX)
+    return violation(c, diag, CM_EINVAL,
+                     "a physical object of %" PRIu64 " bytes is not a multiple of the granularity (%" PRIu64
+                     " bytes)",
+                     piece, G);
+  if (size == 0 || size % piece || off % G)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot map [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64
+                     " bytes: the offset must be granular and the size a multiple of the object size",
+                     off, size, piece);
+  if (off > e->size || size > e->size - off)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot map [%" PRIu64 ", +%" PRIu64 ") outside a reservation of %" PRIu64 " bytes",
+                     off, size, e->size);
+  uint64_t g0 = off >> c->gshift, n = size >> c->gshift;
+  for (uint64_t g = g0; g < g0 + n && g < e->ngran; g++)
+    if (bit(e->mapped, g))
+      return violation(c, diag, CM_EINVAL,
+                       "cannot map [%" PRIu64 ", +%" PRIu64 "): granule at offset %" PRIu64
+                       " is mapped already",
+                       off, size, g << c->gshift);
+  if (grow(e, g0 + n) != CM_OK) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+  int rc = sim_take(c, size, diag);
+  if (rc) return rc;
+  uint32_t pg = (uint32_t)(piece >> c->gshift);
+  for (uint64_t g = g0; g < g0 + n; g++) {
+    e->mapped[g / 64] |= 1ull << (g % 64);
+    e->start[g] = (g - g0) % pg == 0 ? pg : 0;
+  }
+  e->nmaps += n / pg;
+  c->mappings += n / pg;
+  return CM_OK;
 }
 
-static void sim_vm_release(void *ctx, uint64_t id) {
+static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                        cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (e && e->live == 2) e->live = 0;
+  uint64_t G = c->granularity;
+  sim_entry *e = entry(c, id, E_RANGE);
+  if (!e)
+    return violation(c, diag, CM_EHANDLE,
+                     "unmap in StorageId(%" PRIu64 "), which is not a reservation", id);
+  if (piece == 0 || piece % G || size == 0 || size % piece || off % G || off > e->size ||
+      size > e->size - off)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot unmap [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64 " bytes", off,
+                     size, piece);
+  uint64_t g0 = off >> c->gshift, n = size >> c->gshift, pg = piece >> c->gshift;
+  for (uint64_t g = g0; g < g0 + n; g += pg)
+    if (g >= e->ngran || e->start[g] != pg || !bit(e->mapped, g))
+      return violation(c, diag, CM_EINVAL,
+                       "cannot unmap [%" PRIu64 ", +%" PRIu64 "): offset %" PRIu64
+                       " is not the start of a mapping of %" PRIu64
+                       " bytes (a mapping is unmapped whole, never in part)",
+                       off, size, g << c->gshift, piece);
+  for (uint64_t g = g0; g < g0 + n; g++) {
+    e->mapped[g / 64] &= ~(1ull << (g % 64));
+    e->start[g] = 0;
+  }
+  e->nmaps -= n / pg;
+  c->mappings -= n / pg;
+  c->used -= size;
+  return CM_OK;
+}
+
+static int sim_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
+  sim_ctx *c = ctx;
+  sim_entry *e = entry(c, id, E_RANGE);
+  if (!e)
+    return violation(c, diag, CM_EHANDLE, "free of address range StorageId(%" PRIu64
+                     "), which is not a reservation", id);
+  if (e->nmaps)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot free the address range StorageId(%" PRIu64 "): %" PRIu64
+                     " mappings remain in it",
+                     id, e->nmaps);
+  free(e->mapped);
+  free(e->start);
+  e->mapped = NULL;
+  e->start = NULL;
+  e->ngran = 0;
+  e->kind = E_FREE;
+  c->reservations--;
+  return CM_OK;
+}
+
+/* Free memory as the capacity allows; unknown (0) on an unlimited device, or
+ * one that only counts. */
+static int sim_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
+  sim_ctx *c = ctx;
+  bool known = c->capacity && c->fail_over;
+  *total_bytes = known ? c->capacity : 0;
+  *free_bytes = known ? (c->used < c->capacity ? c->capacity - c->used : 0) : 0;
+  return CM_OK;
 }
 
 static const cm_storage_ops_t k_sim_ops = {
     .name = "sim",
+    .mem_info = sim_mem_info,
     .alignment = sim_alignment,
     .alloc = sim_alloc,
     .dealloc = sim_dealloc,
@@ -146,7 +327,28 @@ int cm_storage_sim_create(uint64_t capacity, bool fail_over_capacity, uint64_t g
   c->capacity = capacity;
   c->fail_over = fail_over_capacity;
   c->granularity = granularity;
+  /* a power-of-two granule makes granule indices shifts; others are refused */
+  if (granularity & (granularity - 1)) {
+    free(c);
+    return CM_EINVAL;
+  }
+  c->gshift = (unsigned)__builtin_ctzll(granularity);
   int rc = cm_storage_create(&k_sim_ops, c, out);
   if (rc) free(c);
   return rc;
+}
+
+int cm_storage_sim_state(const cm_storage_t *s, cm_sim_state_t *out) {
+  if (!s || !out || s->ops != &k_sim_ops) return CM_EINVAL;
+  const sim_ctx *c = s->ctx;
+  memset(out, 0, sizeof *out);
+  out->violations = c->violations;
+  out->allocations = c->allocations;
+  out->reservations = c->reservations;
+  out->mappings = c->mappings;
+  out->bytes_used = c->used;
+  out->bytes_used_peak = c->used_peak;
+  out->capacity = c->capacity;
+  snprintf(out->last_violation, sizeof out->last_violation, "%s", c->last_violation);
+  return CM_OK;
 }

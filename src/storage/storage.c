@@ -46,6 +46,20 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   out->flushes = atomic_load(&s->flushes);
   out->gets = atomic_load(&s->gets);
   out->time_ns = atomic_load(&s->time_ns);
+  out->creates = atomic_load(&s->creates);
+  out->map_calls = atomic_load(&s->map_calls);
+  out->unmap_calls = atomic_load(&s->unmap_calls);
+  out->releases = atomic_load(&s->releases);
+  out->set_access = atomic_load(&s->set_access);
+  out->reserves = atomic_load(&s->reserves);
+  out->address_frees = atomic_load(&s->address_frees);
+  out->time_alloc_ns = atomic_load(&s->time_alloc_ns);
+  out->time_free_ns = atomic_load(&s->time_free_ns);
+  out->time_map_ns = atomic_load(&s->time_map_ns);
+  out->time_unmap_ns = atomic_load(&s->time_unmap_ns);
+  out->time_reserve_ns = atomic_load(&s->time_reserve_ns);
+  out->errors = atomic_load(&s->errors);
+  out->violations = atomic_load(&s->violations);
 }
 
 const char *cm_storage_name(const cm_storage_t *s) {
@@ -69,24 +83,39 @@ static void held_add(cm_storage_t *s, uint64_t n) {
   }
 }
 
-/* Time measurement is on only when asked (it costs two clock reads per call). */
-#define TIMED(s, expr)                                                   \
-  do {                                                                   \
-    if ((s)->timing) {                                                   \
-      uint64_t t0__ = cm__now_ns();                                      \
-      expr;                                                              \
-      atomic_fetch_add_explicit(&(s)->time_ns, cm__now_ns() - t0__, memory_order_relaxed); \
-    } else {                                                             \
-      expr;                                                              \
-    }                                                                    \
+/* Time measurement is on only when asked (it costs two clock reads per call);
+ * `bucket` is the per-operation counter the time is also added to. */
+#define TIMED(s, bucket, expr)                                                            \
+  do {                                                                                    \
+    if ((s)->timing) {                                                                    \
+      uint64_t t0__ = cm__now_ns();                                                       \
+      expr;                                                                               \
+      uint64_t dt__ = cm__now_ns() - t0__;                                                \
+      atomic_fetch_add_explicit(&(s)->time_ns, dt__, memory_order_relaxed);               \
+      atomic_fetch_add_explicit(&(s)->bucket, dt__, memory_order_relaxed);                \
+    } else {                                                                              \
+      expr;                                                                               \
+    }                                                                                     \
   } while (0)
+
+#define BUMP(s, field, n) atomic_fetch_add_explicit(&(s)->field, (n), memory_order_relaxed)
+
+/* A backend call failed with rc: count it (memory exhaustion is not an error
+ * of the call; a contract violation - a refused argument or an unknown id - is
+ * also counted as one). */
+static void count_failure(cm_storage_t *s, int rc) {
+  if (rc == CM_EOOM) return;
+  BUMP(s, errors, 1);
+  if (rc == CM_EINVAL || rc == CM_EHANDLE) BUMP(s, violations, 1);
+}
 
 int cm_storage_alloc(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
   if (!s || !out_id) return CM_EINVAL;
   int rc;
-  TIMED(s, rc = s->ops->alloc(s->ctx, size, out_id, diag));
+  TIMED(s, time_alloc_ns, rc = s->ops->alloc(s->ctx, size, out_id, diag));
   if (rc != CM_OK) {
     atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    count_failure(s, rc);
     return rc;
   }
   atomic_fetch_add_explicit(&s->allocs, 1, memory_order_relaxed);
@@ -96,7 +125,7 @@ int cm_storage_alloc(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t
 
 void cm_storage_dealloc(cm_storage_t *s, uint64_t id, uint64_t size) {
   if (!s) return;
-  TIMED(s, s->ops->dealloc(s->ctx, id));
+  TIMED(s, time_free_ns, s->ops->dealloc(s->ctx, id));
   if (s->ops->flush) s->unflushed++;
   atomic_fetch_add_explicit(&s->deallocs, 1, memory_order_relaxed);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
@@ -109,7 +138,8 @@ int cm_storage_flush(cm_storage_t *s) {
   if (!s->ops->flush) return CM_OK;
   atomic_fetch_add_explicit(&s->flushes, 1, memory_order_relaxed);
   int rc;
-  TIMED(s, rc = s->ops->flush(s->ctx));
+  TIMED(s, time_free_ns, rc = s->ops->flush(s->ctx));
+  if (rc != CM_OK) count_failure(s, rc);
   return rc;
 }
 
@@ -118,6 +148,19 @@ int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t offset, uint64_t size,
   if (!s || !out) return CM_EINVAL;
   atomic_fetch_add_explicit(&s->gets, 1, memory_order_relaxed);
   return s->ops->get(s->ctx, id, offset, size, out, diag);
+}
+
+int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes, uint64_t *total_bytes) {
+  uint64_t f = 0, t = 0;
+  if (free_bytes) *free_bytes = 0;
+  if (total_bytes) *total_bytes = 0;
+  if (!s) return CM_EINVAL;
+  if (!s->ops->mem_info) return CM_ENOTSUP;
+  int rc = s->ops->mem_info(s->ctx, &f, &t);
+  if (rc != CM_OK) return rc;
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return CM_OK;
 }
 
 void cm_storage_set_timing(cm_storage_t *s, bool on) {
@@ -130,34 +173,61 @@ uint64_t cm__storage_vm_granularity(cm_storage_t *s) {
 
 int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
   int rc;
-  TIMED(s, rc = s->ops->vm_reserve(s->ctx, size, out_id, diag));
-  if (rc == CM_OK) atomic_fetch_add_explicit(&s->vm_reserved, size, memory_order_relaxed);
-  return rc;
-}
-
-int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
-                       cm_diag_t *diag) {
-  int rc;
-  TIMED(s, rc = s->ops->vm_map(s->ctx, id, off, size, diag));
+  TIMED(s, time_reserve_ns, rc = s->ops->vm_reserve(s->ctx, size, out_id, diag));
   if (rc != CM_OK) {
-    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    count_failure(s, rc);
     return rc;
   }
-  atomic_fetch_add_explicit(&s->maps, 1, memory_order_relaxed);
+  BUMP(s, reserves, 1);
+  atomic_fetch_add_explicit(&s->vm_reserved, size, memory_order_relaxed);
+  return CM_OK;
+}
+
+int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                       cm_diag_t *diag) {
+  int rc;
+  TIMED(s, time_map_ns, rc = s->ops->vm_map(s->ctx, id, off, size, piece, diag));
+  if (rc != CM_OK) {
+    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    count_failure(s, rc);
+    return rc;
+  }
+  uint64_t n = piece ? size / piece : 0;
+  BUMP(s, maps, 1);
+  BUMP(s, creates, n);
+  BUMP(s, map_calls, n);
+  BUMP(s, set_access, 1);
   held_add(s, size);
   return CM_OK;
 }
 
-void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size) {
-  TIMED(s, s->ops->vm_unmap(s->ctx, id, off, size));
+int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                         uint64_t piece, cm_diag_t *diag) {
+  int rc;
+  TIMED(s, time_unmap_ns, rc = s->ops->vm_unmap(s->ctx, id, off, size, piece, diag));
+  if (rc != CM_OK) {
+    count_failure(s, rc);
+    return rc;
+  }
+  uint64_t n = piece ? size / piece : 0;
   if (s->ops->flush) s->unflushed++;
-  atomic_fetch_add_explicit(&s->unmaps, 1, memory_order_relaxed);
+  BUMP(s, unmaps, 1);
+  BUMP(s, unmap_calls, n);
+  BUMP(s, releases, n);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
+  return CM_OK;
 }
 
-void cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size) {
-  TIMED(s, s->ops->vm_release(s->ctx, id));
+int cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size, cm_diag_t *diag) {
+  int rc;
+  TIMED(s, time_reserve_ns, rc = s->ops->vm_release(s->ctx, id, diag));
+  if (rc != CM_OK) {
+    count_failure(s, rc);
+    return rc;
+  }
+  BUMP(s, address_frees, 1);
   atomic_fetch_sub_explicit(&s->vm_reserved, size, memory_order_relaxed);
+  return CM_OK;
 }
 
 int cm_storage_event_record(cm_storage_t *s, void **out, cm_diag_t *diag) {

@@ -11,8 +11,15 @@ struct cm_storage {
   void *ctx;
   bool timing; /* measure time_ns */
   uint64_t unflushed; /* dealloc/unmap calls since the last backend flush */
+  /* Bytes dry runs counted on this storage without asking it for them (the
+   * pools' virtual granules and lazy segments): what a dry run adds to the
+   * backend's used memory when it checks the device's limit. */
+  uint64_t dry_bytes;
   _Atomic uint64_t allocs, deallocs, failed, maps, unmaps, bytes_held, bytes_held_peak,
       vm_reserved, flushes, gets, time_ns;
+  _Atomic uint64_t creates, map_calls, unmap_calls, releases, set_access, reserves,
+      address_frees, errors, violations;
+  _Atomic uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
 };
 
 uint64_t cm__storage_alignment(const cm_storage_t *s);
@@ -21,9 +28,12 @@ uint64_t cm__storage_alignment(const cm_storage_t *s);
 void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
 uint64_t cm__storage_vm_granularity(cm_storage_t *s);
 int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
-int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+/* The VM operations of storage.h's contract, counted. `piece` is the size of
+ * each physical object. Errors as the ops. */
+int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                        cm_diag_t *diag);
-void cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
-void cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size);
+int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                         uint64_t piece, cm_diag_t *diag);
+int cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size, cm_diag_t *diag);
 
 #endif

@@ -129,5 +129,15 @@ for t in "$SHARED"/traces/*/*.csv; do
   n=$((n + 1))
 done
 echo "$n shared traces checked"
+
+# A dry run meets the device's limit: three 32 GiB allocations on an 80 GiB
+# device do not fit; plan says so and exits 3 (never "0 failed").
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000001,allocate,0x1,34359738368,0x0\n1,00:00:00.000002,allocate,0x2,34359738368,0x0\n1,00:00:00.000003,allocate,0x3,34359738368,0x0\n' >"$TMP/three.csv"
+"$CM" plan "$TMP/three.csv" >"$TMP/three.out" 2>"$TMP/three.err"
+rc=$?
+if [ $rc -ne 3 ]; then echo "FAIL plan of a trace that does not fit: exit $rc, expected 3"; fail=1; fi
+if grep -q "with 0 failed" "$TMP/three.out"; then echo "FAIL plan printed 0 failed for a layout that does not fit"; fail=1; fi
+grep -q "1 reserves failed" "$TMP/three.out" || { echo "FAIL plan did not report the failed reservation"; fail=1; }
+grep -q "does not fit" "$TMP/three.err" || { echo "FAIL plan did not explain exit 3"; fail=1; }
 [ $fail -eq 0 ] || exit 1
 exit 0

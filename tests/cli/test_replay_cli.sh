@@ -135,7 +135,15 @@ Thread,Time,Action,Pointer,Size,Stream
 1,00:00:00.000006,free,0x1000,4096,0x0
 EOF
 "$CM" replay --json --device-memory 1GiB "$TMP/odd.csv" >"$TMP/odd.out" 2>"$TMP/odd.err"
-check "anomalies are not fatal" test $? -eq 0
+check "anomalies are not fatal, a failed reservation exits 3" test $? -eq 3
+check "the failed reservation is counted on stderr" grep -q '1 reservation failed' "$TMP/odd.err"
+"$CM" replay --device-memory 1GiB "$EX" >"$TMP/small.out" 2>"$TMP/small.err"
+check "a trace that does not fit exits 3" test $? -eq 3
+check "and says how many failed" grep -q 'reservations failed: the trace does not fit' "$TMP/small.err"
+check "report counts driver calls by kind" grep -q 'create / map' "$TMP/small.out"
+"$CM" replay --json "$EX" >"$TMP/calls.json"
+check "json has driver calls by kind" grep -q '"driver_calls":{"total":[0-9]*,"allocs":0,"frees":0,"creates":[1-9]' "$TMP/calls.json"
+check "json has no violations" grep -q '"violations":0' "$TMP/calls.json"
 for want in '"unknown_frees":1' '"trace_alloc_failures":1' '"failed_allocs":1' '"allocs":2' '"frees":1' \
             '"peak_live_bytes":2147487744' '"device_memory":1073741824'; do
   grep -qF "$want" "$TMP/odd.out" && ok "odd trace: $want" || bad "odd trace: $want in $(cat "$TMP/odd.out")"

@@ -675,7 +675,7 @@ static void vm_dry_run_counts_like_eager(void) {
   cm_handle_t e = res(dry, 2 * MiB);
   EXPECT_EQ(report0(dry).pages_unmapped, 0);
   EXPECT_GT(stats(dry).maps, maps0);
-  EXPECT_GE(held(dry), held0 + 2 * MiB);
+  EXPECT_GT(held(dry), held0); /* the virtual objects it lands on are backed whole */
   uint64_t maps2 = stats(dry).maps;
   cm_storage_handle_t we = where(dry, e); /* nothing left to materialize */
   EXPECT_EQ(we.size, 2 * MiB);
@@ -768,7 +768,9 @@ static void segments_dry_run(void) {
   cm_handle_t e = res(m, 6 * MiB);
   cm_handle_release(e);
   cm_manager_dry_run_end(m);
-  ctx->fail_next = 2; /* try_reserve, then alloc, try to allocate the segment */
+  /* try_reserve, then alloc, try to allocate the segment; the manager then
+   * releases the cached (dry-run) segment and tries once more */
+  ctx->fail_next = 3;
   cm_handle_t f = {NULL};
   EXPECT_STATUS(cm_manager_reserve(m, 6 * MiB, &f, NULL), CM_EOOM);
   EXPECT_EQ(ctx->fail_next, 0);

@@ -685,29 +685,32 @@ static void test_fake_vm(void) {
   cm_resource_t r;
   ASSERT_OK(cm_storage_get(st, id, G, G, &r, NULL));
   EXPECT_EQ(r.addr - G, F.next - 3 * G); /* base of the reservation + offset */
-  ASSERT_OK(ops->vm_map(c, id, 0, G, NULL));
-  ASSERT_OK(ops->vm_map(c, id, 2 * G, G, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 0, G, G, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 2 * G, G, G, NULL));
   EXPECT_EQ(F.maps, 2);
   EXPECT_EQ(F.used, 2 * G);
   cm_diag_t d = {0};
-  EXPECT_STATUS(ops->vm_map(c, id, 1000, G, &d), CM_EINVAL); /* misaligned */
-  EXPECT_STATUS(ops->vm_map(c, id, 0, G, &d), CM_EINVAL);    /* already mapped */
-  EXPECT_STATUS(ops->vm_map(c, id, 2 * G, 2 * G, &d), CM_EINVAL); /* past the end */
-  EXPECT_STATUS(ops->vm_map(c, 4242, 0, G, &d), CM_EHANDLE);
+  EXPECT_STATUS(ops->vm_map(c, id, 1000, G, G, &d), CM_EINVAL); /* misaligned */
+  EXPECT_STATUS(ops->vm_map(c, id, 0, G, G, &d), CM_EINVAL);    /* already mapped */
+  EXPECT_STATUS(ops->vm_map(c, id, 2 * G, 2 * G, G, &d), CM_EINVAL); /* past the end */
+  EXPECT_STATUS(ops->vm_map(c, 4242, 0, G, G, &d), CM_EHANDLE);
   F.capacity = 2 * G; /* physical memory exhausted */
   cm_diag_clear(&d);
-  EXPECT_STATUS(ops->vm_map(c, id, G, G, &d), CM_EOOM);
-  EXPECT_CONTAINS(d.message, "device out of memory allocating 2097152 bytes");
+  EXPECT_STATUS(ops->vm_map(c, id, G, G, G, &d), CM_EOOM);
+  EXPECT_CONTAINS(d.message, "device out of memory mapping 2097152 bytes");
   F.capacity = 64u << 20;
   int syncs = F.stream_syncs;
-  ops->vm_unmap(c, id, 0, G); /* whole mapping inside: goes */
+  ASSERT_OK(ops->vm_unmap(c, id, 0, G, G, NULL)); /* a whole mapping: goes */
   EXPECT_EQ(F.stream_syncs, syncs + 1);
   EXPECT_EQ(F.unmaps, 1);
   EXPECT_EQ(F.mem_releases, 1);
-  ops->vm_unmap(c, id, 2 * G, G / 2); /* partial: the mapping stays */
+  EXPECT_STATUS(ops->vm_unmap(c, id, 2 * G, G / 2, G / 2, NULL), CM_EINVAL); /* partial: refused */
   EXPECT_EQ(F.unmaps, 1);
-  ASSERT_OK(ops->vm_map(c, id, 0, G, NULL)); /* remap after unmap */
-  ops->vm_release(c, id); /* unmaps what is left, frees the range */
+  ASSERT_OK(ops->vm_map(c, id, 0, G, G, NULL)); /* remap after unmap */
+  EXPECT_STATUS(ops->vm_release(c, id, NULL), CM_EINVAL); /* mappings remain */
+  ASSERT_OK(ops->vm_unmap(c, id, 0, G, G, NULL));
+  ASSERT_OK(ops->vm_unmap(c, id, 2 * G, G, G, NULL));
+  ASSERT_OK(ops->vm_release(c, id, NULL));
   EXPECT_EQ(F.unmaps, 3);
   EXPECT_EQ(F.mem_releases, 3);
   EXPECT_EQ(F.creates, 3);
@@ -716,7 +719,7 @@ static void test_fake_vm(void) {
   EXPECT_STATUS(cm_storage_get(st, id, 0, 0, &r, NULL), CM_EHANDLE);
   /* a live reservation is released with the storage */
   ASSERT_OK(ops->vm_reserve(c, G, &id, NULL));
-  ASSERT_OK(ops->vm_map(c, id, 0, G, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 0, G, G, NULL));
   cm_storage_destroy(st);
   EXPECT_EQ(F.address_frees, 2);
   EXPECT_EQ(F.creates, F.mem_releases);
@@ -974,16 +977,18 @@ static void test_gpu_vm(void) {
   uint64_t id;
   cm_diag_t d = {0};
   ASSERT_OK(st->ops->vm_reserve(c, 8 * g, &id, &d));
-  ASSERT_OK(st->ops->vm_map(c, id, 0, 2 * g, &d));
-  ASSERT_OK(st->ops->vm_map(c, id, 4 * g, g, &d));
+  ASSERT_OK(st->ops->vm_map(c, id, 0, 2 * g, g, &d));
+  ASSERT_OK(st->ops->vm_map(c, id, 4 * g, g, g, &d));
   cm_resource_t r;
   ASSERT_OK(cm_storage_get(st, id, 0, 8 * g, &r, &d));
   EXPECT(real_roundtrip(r.addr, 2 * g, 0x5a));
   EXPECT(real_roundtrip(r.addr + 4 * g, g, 0xa5));
-  st->ops->vm_unmap(c, id, 0, 2 * g);
-  ASSERT_OK(st->ops->vm_map(c, id, 0, g, &d)); /* remap part of it */
+  ASSERT_OK(st->ops->vm_unmap(c, id, 0, 2 * g, g, &d));
+  ASSERT_OK(st->ops->vm_map(c, id, 0, g, g, &d)); /* remap part of it */
   EXPECT(real_roundtrip(r.addr, g, 0x11));
-  st->ops->vm_release(c, id);
+  ASSERT_OK(st->ops->vm_unmap(c, id, 0, g, g, &d));
+  ASSERT_OK(st->ops->vm_unmap(c, id, 4 * g, g, g, &d));
+  ASSERT_OK(st->ops->vm_release(c, id, &d));
   cm_cuda_storage_counters_t cc;
   cm_cuda_storage_counters(st, &cc);
   EXPECT_EQ(cc.free_errors, 0);

@@ -179,19 +179,21 @@ static void vm_map_is_counted_and_fails(void) {
   uint64_t range;
   ASSERT_OK(cm__storage_vm_reserve(s, 4 * g, &range, NULL)); /* not counted by default */
   EXPECT_EQ(cm_storage_faulty_calls(s), 0);
-  EXPECT_OK(cm__storage_vm_map(s, range, 0, g, NULL));      /* call 1 */
+  EXPECT_OK(cm__storage_vm_map(s, range, 0, g, g, NULL));      /* call 1 */
   cm_diag_t d;
   cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_map(s, range, g, g, &d), CM_EOOM); /* call 2 */
+  EXPECT_STATUS(cm__storage_vm_map(s, range, g, g, g, &d), CM_EOOM); /* call 2 */
   EXPECT_CONTAINS(d.message, "vm_map call 2");
-  EXPECT_OK(cm__storage_vm_map(s, range, g, g, NULL)); /* call 3 */
+  EXPECT_OK(cm__storage_vm_map(s, range, g, g, g, NULL)); /* call 3 */
   cm_storage_stats_t st;
   cm_storage_stats(s, &st);
   EXPECT_EQ(st.maps, 2);
   EXPECT_EQ(st.failed_allocs, 1);
   EXPECT_EQ(st.bytes_held, 2 * g);
-  cm__storage_vm_unmap(s, range, 0, 2 * g);
-  cm__storage_vm_release(s, range, 4 * g);
+  EXPECT_OK(cm__storage_vm_unmap(s, range, 0, 2 * g, g, NULL));
+  EXPECT_OK(cm__storage_vm_release(s, range, 4 * g, NULL));
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.violations, 0);
   EXPECT_EQ(cm_storage_faulty_calls(s), 3);
 
   /* vm_reserve is counted (and may fail) only when asked. */
@@ -204,7 +206,7 @@ static void vm_map_is_counted_and_fails(void) {
   EXPECT_OK(cm_storage_alloc(s, 10, &id, NULL)); /* alloc not counted now */
   EXPECT_EQ(cm_storage_faulty_calls(s), 2);
   EXPECT_EQ(cm_storage_faulty_injected(s), 1);
-  cm__storage_vm_release(s, range, g);
+  EXPECT_OK(cm__storage_vm_release(s, range, g, NULL));
   cm_storage_destroy(s);
 }
 

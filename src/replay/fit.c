@@ -1,0 +1,131 @@
+/*
+ * fit.c - cm_replay_fit: the smallest device memory on which a trace replays
+ * with no failed reservation ("which GPU does this job need").
+ *
+ * Each probe replays the trace on a fresh simulated device of the probed
+ * capacity that refuses to go over it (and enforces the driver's virtual-
+ * memory rules), through a fresh manager; a probe stops at its first failed
+ * reservation. The search: one unconstrained replay gives the upper end
+ * (hi, rounded up to the grid: it fits, since the device never needed more)
+ * and the trace's peak live bytes the lower end (nothing fits below it);
+ * bisection on the grid finds the smallest passing capacity c; then
+ * `confirmations` capacities spread evenly over (c, hi) are replayed. Fitting
+ * need not be monotone (what is cached, trimmed or grown depends on when the
+ * device refuses), so if one of them fails the search goes on above the
+ * highest failing capacity, until every confirmation passes.
+ * Exports: cm_fit_options_init, cm_replay_fit.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "cubemem/replay.h"
+
+void cm_fit_options_init(cm_fit_options_t *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->grid = 2ull << 20;
+  o->confirmations = 7;
+}
+
+/* One replay on a device of `capacity` bytes (0 = unlimited). *fits says
+ * whether every reservation succeeded; *peak gets the peak reserved. */
+static int probe(const cm_trace_t *t, const cm_manager_config_t *cfg, uint64_t granularity,
+                 uint64_t capacity, bool *fits, uint64_t *peak, cm_replay_result_t *keep,
+                 cm_diag_t *diag) {
+  cm_storage_t *st = NULL;
+  int rc = cm_storage_sim_create(capacity, true, granularity, &st);
+  if (rc != CM_OK) return cm__diag_set(diag, rc, "cannot create the simulated device: %s", cm_strerror(rc));
+  cm_manager_t *m = NULL;
+  rc = cm_manager_create(st, cfg, &m, diag);
+  if (rc != CM_OK) {
+    cm_storage_destroy(st);
+    return rc;
+  }
+  cm_replay_options_t ro;
+  memset(&ro, 0, sizeof ro);
+  ro.stop_on_failure = keep == NULL;
+  cm_replay_result_t r;
+  rc = cm_replay_run(t, m, &ro, &r, diag);
+  cm_manager_destroy(m);
+  if (rc != CM_OK) return rc;
+  *fits = r.failed_allocs == 0 && r.storage.violations == 0;
+  *peak = r.peak_reserved_bytes;
+  if (keep) *keep = r;
+  else cm_replay_result_free(&r);
+  return CM_OK;
+}
+
+static uint64_t down(uint64_t x, uint64_t g) { return x / g * g; }
+static uint64_t up(uint64_t x, uint64_t g) { return (x / g + (x % g != 0)) * g; }
+
+int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
+                  const cm_fit_options_t *opts, cm_fit_result_t *out, cm_diag_t *diag) {
+  if (!trace || !cfg || !out) return cm__diag_set(diag, CM_EINVAL, "cm_replay_fit: NULL argument");
+  cm_fit_options_t o;
+  cm_fit_options_init(&o);
+  if (opts) {
+    o = *opts;
+    if (!o.grid) o.grid = 2ull << 20;
+    if (!o.confirmations) o.confirmations = 7;
+  }
+  memset(out, 0, sizeof *out);
+  out->peak_live_bytes = trace->peak_live_bytes;
+
+  /* the unconstrained run */
+  cm_replay_result_t free_run;
+  bool fits = false;
+  uint64_t peak = 0;
+  int rc = probe(trace, cfg, o.granularity, 0, &fits, &peak, &free_run, diag);
+  if (rc != CM_OK) return rc;
+  out->replays = 1;
+  if (!fits) {
+    rc = cm__diag_set(diag, free_run.first_failure ? free_run.first_failure : CM_EOOM,
+                      "the trace does not replay even on an unlimited device: %" PRIu64
+                      " reservations failed, the first with %s (%s)",
+                      free_run.failed_allocs, cm_err_name(free_run.first_failure),
+                      free_run.first_failure_message);
+    cm_replay_result_free(&free_run);
+    return rc;
+  }
+  cm_replay_result_free(&free_run);
+  out->unconstrained_peak = peak;
+  uint64_t top = up(peak ? peak : o.grid, o.grid);
+  uint64_t lo = down(trace->peak_live_bytes, o.grid); /* below the peak live: must fail */
+  uint64_t hi = top;                                  /* fits */
+  if (lo >= hi) lo = hi > o.grid ? hi - o.grid : 0;
+  for (;;) {
+    while (hi - lo > o.grid) { /* invariant: hi fits; lo fails (or is the floor) */
+      uint64_t mid = down(lo + (hi - lo) / 2, o.grid);
+      if (mid <= lo) mid = lo + o.grid;
+      rc = probe(trace, cfg, o.granularity, mid, &fits, &peak, NULL, diag);
+      if (rc != CM_OK) return rc;
+      out->replays++;
+      if (fits) hi = mid;
+      else lo = mid;
+      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
+    }
+    /* confirm above */
+    uint64_t bad = 0;
+    for (unsigned k = 1; k <= o.confirmations && hi < top; k++) {
+      uint64_t c = down(hi + (top - hi) * k / (o.confirmations + 1), o.grid);
+      if (c <= hi || c <= bad) continue;
+      rc = probe(trace, cfg, o.granularity, c, &fits, &peak, NULL, diag);
+      if (rc != CM_OK) return rc;
+      out->replays++;
+      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
+      if (!fits) {
+        if (!out->nonmonotone) out->first_nonmonotone = c;
+        out->nonmonotone++;
+        bad = c;
+      }
+    }
+    if (!bad) break;
+    lo = bad; /* search again above the highest failing capacity */
+    hi = top;
+  }
+  out->fit_bytes = hi;
+  out->ratio = trace->peak_live_bytes ? (double)hi / (double)trace->peak_live_bytes : 0.0;
+  return CM_OK;
+}

@@ -1,0 +1,306 @@
+/*
+ * test_vm_contract.c - the driver's virtual-memory rules on the simulated
+ * device, and the default layout living by them: real traces replayed under
+ * every layout with no violation and nothing left mapped, out-of-memory met
+ * by giving back cached memory (issue: fit under pressure), dry runs meeting
+ * the device's limit, and cm_replay_fit.
+ */
+#include <stdlib.h>
+
+#include "cm_scenario.h"
+#include "cm_test.h"
+#include "cubemem/cubemem.h"
+#include "cubemem/replay.h"
+#include "storage/storage_internal.h"
+
+#define MiB (1024ull * 1024ull)
+#define GiB (1024ull * MiB)
+#define G (2 * MiB)
+
+static cm_sim_state_t state(cm_storage_t *s) {
+  cm_sim_state_t st;
+  memset(&st, 0, sizeof st);
+  if (cm_storage_sim_state(s, &st) != CM_OK) cm_test_fail(__FILE__, __LINE__, "not a sim storage");
+  return st;
+}
+
+/* Every rule of storage.h's contract is enforced, counted, and changes nothing. */
+static void sim_refuses_what_the_driver_refuses(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(64 * MiB, true, 0, &s));
+  uint64_t id = 0, other = 0;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_reserve(s, G + 512, &id, &d), CM_EINVAL); /* not granular */
+  EXPECT_CONTAINS(d.message, "multiple of the granularity");
+  ASSERT_OK(cm__storage_vm_reserve(s, 8 * G, &id, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, id, 0, 2 * G, G, NULL)); /* two objects of one granule */
+  EXPECT_EQ(state(s).mappings, 2);
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_map(s, id, G, 2 * G, G, &d), CM_EINVAL); /* overlaps */
+  EXPECT_CONTAINS(d.message, "mapped already");
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 7 * G, 2 * G, G, NULL), CM_EINVAL); /* past the end */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, G / 2, G, G, NULL), CM_EINVAL);    /* offset */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * G, 3 * G, 2 * G, NULL), CM_EINVAL); /* pieces */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * G, G, G / 2, NULL), CM_EINVAL); /* sub-granule */
+  EXPECT_STATUS(cm__storage_vm_map(s, 999, 0, G, G, NULL), CM_EHANDLE);
+  ASSERT_OK(cm__storage_vm_map(s, id, 4 * G, 2 * G, 2 * G, NULL)); /* one object of two */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 4 * G, G, G, &d), CM_EINVAL); /* half a mapping */
+  EXPECT_CONTAINS(d.message, "unmapped whole");
+  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 0, 3 * G, G, NULL), CM_EINVAL); /* runs past */
+  EXPECT_STATUS(cm__storage_vm_release(s, id, 8 * G, NULL), CM_EINVAL);    /* still mapped */
+  cm_sim_state_t st = state(s);
+  EXPECT_EQ(st.violations, 10);
+  EXPECT_EQ(st.mappings, 3);
+  EXPECT_EQ(st.bytes_used, 4 * G); /* nothing refused changed anything */
+  cm_storage_stats_t ss;
+  cm_storage_stats(s, &ss);
+  EXPECT_EQ(ss.violations, 10);
+  EXPECT_EQ(ss.creates, 3);
+  EXPECT_EQ(ss.map_calls, 3);
+  EXPECT_EQ(ss.set_access, 2);
+  /* over capacity: out of memory, not a violation */
+  ASSERT_OK(cm__storage_vm_reserve(s, 64 * G, &other, NULL));
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_map(s, other, 0, 32 * G, G, &d), CM_EOOM);
+  EXPECT_EQ(state(s).violations, 10);
+  /* whole mappings go, in one call for a run of them */
+  ASSERT_OK(cm__storage_vm_unmap(s, id, 0, 2 * G, G, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(s, id, 4 * G, 2 * G, 2 * G, NULL));
+  ASSERT_OK(cm__storage_vm_release(s, id, 8 * G, NULL));
+  ASSERT_OK(cm__storage_vm_release(s, other, 64 * G, NULL));
+  cm_storage_stats(s, &ss);
+  EXPECT_EQ(ss.unmap_calls, 3);
+  EXPECT_EQ(ss.releases, 3);
+  EXPECT_EQ(ss.address_frees, 2);
+  st = state(s);
+  EXPECT_EQ(st.mappings, 0);
+  EXPECT_EQ(st.reservations, 0);
+  EXPECT_EQ(st.bytes_used, 0);
+  cm_storage_dealloc(s, 4242, 1); /* a free of an unknown id is a violation too */
+  EXPECT_EQ(state(s).violations, 11);
+  EXPECT_STATUS(cm_storage_sim_state(NULL, &st), CM_EINVAL);
+  cm_storage_destroy(s);
+}
+
+/* Replay a trace through `layout` on a strict sim of `capacity`; expect no
+ * violation, and nothing left on the device once every handle is released
+ * and the manager cleaned up. Returns the result's failed reservations. */
+static uint64_t replay_strict(const cm_trace_t *t, const char *layout, uint64_t capacity) {
+  cm_device_props_t props = {.max_page_size = (80 * GiB) / 4, .alignment = 512};
+  static cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS];
+  size_t n = 0;
+  if (cm_pools_parse(layout, props, pools, CM_MAX_DYNAMIC_POOLS, &n, NULL) != CM_OK) {
+    cm_test_fail(__FILE__, __LINE__, "bad layout %s", layout);
+    return 1;
+  }
+  cm_storage_t *s = NULL;
+  if (cm_storage_sim_create(capacity, true, 0, &s) != CM_OK) return 1;
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.props = props;
+  mc.pools = pools;
+  mc.pool_count = n;
+  cm_manager_t *m = NULL;
+  if (cm_manager_create(s, &mc, &m, NULL) != CM_OK) {
+    cm_storage_destroy(s);
+    return 1;
+  }
+  cm_replay_result_t r;
+  if (cm_replay_run(t, m, NULL, &r, NULL) != CM_OK) {
+    cm_manager_destroy(m);
+    return 1;
+  }
+  EXPECT_EQ(r.storage.violations, 0);
+  EXPECT_EQ(r.storage.errors, 0);
+  cm_manager_cleanup(m, true);
+  cm_sim_state_t st = state(s);
+  EXPECT_EQ(st.violations, 0);
+  if (st.violations) printf("  %s: %s\n", layout, st.last_violation);
+  EXPECT_EQ(st.mappings, 0);
+  EXPECT_EQ(st.bytes_used, 0);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  uint64_t failed = r.failed_allocs;
+  cm_replay_result_free(&r);
+  cm_manager_destroy(m);
+  return failed;
+}
+
+static const char *const k_layouts[] = {"default", "subslices", "exclusive-pages", "arena:object=8MiB",
+                                        "sliced:page=64MiB;exclusive:max=1GiB;direct"};
+
+static void replays_follow_the_rules(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/torch-cpu-gpt-train.csv", CM_SOURCE_DIR);
+  cm_trace_t *t = NULL;
+  ASSERT_OK(cm_trace_load(path, NULL, &t, NULL));
+  for (size_t i = 0; i < sizeof k_layouts / sizeof k_layouts[0]; i++) {
+    EXPECT_EQ(replay_strict(t, k_layouts[i], 0), 0);
+    /* under pressure too: a device barely larger than the peak */
+    (void)replay_strict(t, k_layouts[i], t->peak_live_bytes + t->peak_live_bytes / 50);
+  }
+  cm_trace_free(t);
+}
+
+static void shared_traces_follow_the_rules(void) {
+  const char *sh = cm_test_shared_dir();
+  if (!sh) CM_SKIP("../shared is absent: the shared traces are not replayed");
+  static const char *const traces[] = {"gpu/cs336-medium-ctx128-training.csv",
+                                       "cpu/torch-cpu-lstm-varlen-train.csv",
+                                       "plans/mindspore-pangu2.6b-plan.csv"};
+  for (size_t k = 0; k < 3; k++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/traces/%s", sh, traces[k]);
+    cm_trace_t *t = NULL;
+    ASSERT_OK(cm_trace_load(path, NULL, &t, NULL));
+    for (size_t i = 0; i < sizeof k_layouts / sizeof k_layouts[0]; i++)
+      EXPECT_EQ(replay_strict(t, k_layouts[i], 0), 0);
+    cm_trace_free(t);
+  }
+}
+
+static cm_manager_t *default_manager(cm_storage_t *s, uint64_t device) {
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.props = (cm_device_props_t){.max_page_size = device / 4, .alignment = 512};
+  cm_manager_t *m = NULL;
+  if (cm_manager_create(s, &mc, &m, NULL) != CM_OK) return NULL;
+  return m;
+}
+
+/* Reservations that fit are served: growth ahead of a request and cached
+ * memory give way when the device is short. */
+static void oom_means_out_of_memory(void) {
+  static const struct {
+    uint64_t device, first, second;
+  } cases[] = {{80 * GiB, 81870 * MiB, 2 * MiB}, {4 * GiB, 3 * GiB, 1020 * MiB}};
+  for (size_t i = 0; i < 2; i++) {
+    cm_storage_t *s = NULL;
+    ASSERT_OK(cm_storage_sim_create(cases[i].device, true, 0, &s));
+    cm_manager_t *m = default_manager(s, cases[i].device);
+    ASSERT(m != NULL);
+    cm_handle_t a, b, c;
+    ASSERT_OK(cm_manager_reserve(m, cases[i].first, &a, NULL));
+    cm_diag_t d;
+    cm_diag_clear(&d);
+    EXPECT_OK(cm_manager_reserve(m, cases[i].second, &b, &d));
+    if (d.message[0]) printf("  %s\n", d.message);
+    /* a request that does not fit fails with CM_EOOM */
+    EXPECT_STATUS(cm_manager_reserve(m, 64 * MiB, &c, NULL), CM_EOOM);
+    EXPECT_EQ(state(s).violations, 0);
+    cm_handle_release(a);
+    cm_handle_release(b);
+    EXPECT_EQ(cm_manager_check(m, NULL), 0);
+    cm_manager_destroy(m);
+  }
+}
+
+/* Cached memory is given back and the request retried before it fails. */
+static void pressure_releases_cached_memory(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(64 * MiB, true, 0, &s));
+  cm_manager_t *m = default_manager(s, 64 * MiB);
+  ASSERT(m != NULL);
+  cm_handle_t h[8];
+  for (int i = 0; i < 8; i++) ASSERT_OK(cm_manager_reserve(m, 6 * MiB, &h[i], NULL));
+  for (int i = 0; i < 8; i += 2) cm_handle_release(h[i]); /* holes of 6 MiB, cached */
+  cm_handle_t big;
+  ASSERT_OK(cm_manager_reserve(m, 30 * MiB, &big, NULL)); /* needs the cached chunks back */
+  EXPECT_EQ(state(s).violations, 0);
+  EXPECT_LE(state(s).bytes_used, 64 * MiB);
+  cm_handle_release(big);
+  for (int i = 1; i < 8; i += 2) cm_handle_release(h[i]);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_manager_destroy(m);
+}
+
+/* A storage without virtual memory over a strict sim: the arena grows by
+ * segments, and falls back to the request's own size when the device is short. */
+static int nv_alloc(void *c, uint64_t n, uint64_t *id, cm_diag_t *d) {
+  return cm_storage_alloc(c, n, id, d);
+}
+static void nv_dealloc(void *c, uint64_t id) { cm_storage_dealloc(c, id, 0); }
+static int nv_get(void *c, uint64_t id, uint64_t off, uint64_t n, cm_resource_t *o, cm_diag_t *d) {
+  return cm_storage_get(c, id, off, n, o, d);
+}
+static int nv_mem_info(void *c, uint64_t *f, uint64_t *t) { return cm_storage_mem_info(c, f, t); }
+static void nv_release(void *c) { cm_storage_destroy(c); }
+static const cm_storage_ops_t k_novm = {.name = "novm", .alloc = nv_alloc, .dealloc = nv_dealloc,
+                                        .get = nv_get, .release = nv_release,
+                                        .mem_info = nv_mem_info};
+
+static void segments_fall_back_to_the_request(void) {
+  cm_storage_t *inner = NULL, *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(1 * GiB, true, 0, &inner));
+  ASSERT_OK(cm_storage_create(&k_novm, inner, &s));
+  cm_manager_t *m = default_manager(s, 1 * GiB);
+  ASSERT(m != NULL);
+  cm_handle_t a, b, c;
+  ASSERT_OK(cm_manager_reserve(m, 600 * MiB, &a, NULL));
+  ASSERT_OK(cm_manager_reserve(m, 300 * MiB, &b, NULL));
+  EXPECT_OK(cm_manager_reserve(m, 100 * MiB, &c, NULL)); /* 124 MiB are free */
+  cm_handle_release(a);
+  cm_handle_release(b);
+  cm_handle_release(c);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_manager_destroy(m);
+}
+
+/* A dry run meets the device's limit where an eager run would. */
+static void dry_run_meets_the_capacity(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(80 * GiB, true, 0, &s));
+  cm_manager_t *m = default_manager(s, 80 * GiB);
+  ASSERT(m != NULL);
+  cm_manager_dry_run_begin(m);
+  cm_handle_t h[3];
+  ASSERT_OK(cm_manager_reserve(m, 32 * GiB, &h[0], NULL));
+  ASSERT_OK(cm_manager_reserve(m, 32 * GiB, &h[1], NULL));
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm_manager_reserve(m, 32 * GiB, &h[2], &d), CM_EOOM);
+  EXPECT_CONTAINS(d.message, "would be out of memory");
+  cm_manager_dry_run_end(m);
+  EXPECT_EQ(state(s).bytes_used, 0); /* nothing was mapped for real */
+  cm_handle_release(h[0]);
+  cm_handle_release(h[1]);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_manager_destroy(m);
+}
+
+/* cm_replay_fit: the result fits, one grid step below does not, and it lies
+ * between the peak live bytes and the unconstrained peak. */
+static void fit_finds_the_smallest_device(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/torch-cpu-gpt-train.csv", CM_SOURCE_DIR);
+  cm_trace_t *t = NULL;
+  ASSERT_OK(cm_trace_load(path, NULL, &t, NULL));
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.props = (cm_device_props_t){.max_page_size = 20 * GiB, .alignment = 512};
+  cm_fit_result_t fr;
+  ASSERT_OK(cm_replay_fit(t, &mc, NULL, &fr, NULL));
+  EXPECT_GE(fr.fit_bytes, t->peak_live_bytes);
+  EXPECT_LE(fr.fit_bytes, fr.unconstrained_peak + G);
+  EXPECT_EQ(fr.fit_bytes % G, 0);
+  EXPECT(fr.ratio < 1.02);
+  EXPECT_GE(fr.replays, 3);
+  /* check both sides of the result directly */
+  EXPECT_EQ(replay_strict(t, "default", fr.fit_bytes), 0);
+  EXPECT_GT(replay_strict(t, "default", fr.fit_bytes - G), 0);
+  EXPECT_STATUS(cm_replay_fit(NULL, &mc, NULL, &fr, NULL), CM_EINVAL);
+  cm_trace_free(t);
+}
+
+int main(void) {
+  CM_RUN(sim_refuses_what_the_driver_refuses);
+  CM_RUN(replays_follow_the_rules);
+  CM_RUN(shared_traces_follow_the_rules);
+  CM_RUN(oom_means_out_of_memory);
+  CM_RUN(pressure_releases_cached_memory);
+  CM_RUN(segments_fall_back_to_the_request);
+  CM_RUN(dry_run_meets_the_capacity);
+  CM_RUN(fit_finds_the_smallest_device);
+  return cm_test_finish();
+}
