@@ -48,6 +48,8 @@ has "--no-config: the defaults" "$TMP/out" "persistent memory enabled"
 (cd "$TMP/cubecl" && "$CM" plan "$TMP/t.csv") >"$TMP/out" 2>&1
 has "plan discovers cubecl.toml" "$TMP/out" "persistent memory size-match"
 has "plan names the configuration" "$TMP/out" "config  $TMP/cubecl/cubecl.toml"
+(cd "$TMP/cubecl" && "$CM" fit --json --no-progress "$TMP/t.csv") >"$TMP/out" 2>&1
+has "fit discovers cubecl.toml" "$TMP/out" "\"config\":\"$TMP/cubecl/cubecl.toml\""
 (cd "$TMP/cubecl" && "$CM" plan --no-config "$TMP/t.csv") >"$TMP/out" 2>&1
 has "plan --no-config" "$TMP/out" "config  none (defaults)"
 mkdir -p "$TMP/broken"
@@ -104,6 +106,12 @@ has "check-config suggests --lenient" "$TMP/err" "did you mean '--lenient'?"
 has "a misspelt device" "$TMP/err" "did you mean 'sim'?"
 "$CM" replay --persistent-memory disabld "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--persistent-memory disabld" $? 2
 has "a misspelt mode" "$TMP/err" 'did you mean "disabled"?'
+"$CM" fit --josn "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "fit --josn" $? 2
+has "fit suggests --json" "$TMP/err" "did you mean '--json'?"
+"$CM" fit --pools subslice "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+has "fit suggests subslices" "$TMP/err" "did you mean 'subslices'?"
+"$CM" fit --device-memory 1G "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "fit --device-memory 1G" $? 2
+has "fit uses the same unit grammar" "$TMP/err" "write GiB (powers of 1024) or GB (powers of 1000)"
 "$CM" replyy "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "a misspelt command" "$TMP/err" "did you mean 'replay'?"
 

@@ -69,6 +69,8 @@ EOF
       && ok "$name: the text report shows PyTorch's reserved bytes" || bad "$name: text report"
     "$CM" plan --no-config "$snap" >"$TMP/plan" 2>&1 && grep -q '^plan ' "$TMP/plan" \
       && ok "$name: plan reads the snapshot" || bad "$name: plan: $(tail -3 "$TMP/plan")"
+    "$CM" fit --json --no-config --no-progress "$snap" >"$TMP/fit" 2>&1 && grep -q '"fit_bytes":' "$TMP/fit" \
+      && ok "$name: fit reads the snapshot" || bad "$name: fit: $(tail -3 "$TMP/fit")"
   done
 else
   echo "# SKIP the shared snapshots: $SNAPS is absent"
