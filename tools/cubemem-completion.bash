@@ -6,7 +6,7 @@ _cubemem() {
   prev=${COMP_WORDS[COMP_CWORD-1]}
   cmd=${COMP_WORDS[1]:-}
   if [[ $COMP_CWORD -eq 1 ]]; then
-    COMPREPLY=($(compgen -W "replay plan check-config toml2json demo --help --version" -- "$cur"))
+    COMPREPLY=($(compgen -W "replay fit plan check-config toml2json demo --help --version" -- "$cur"))
     return
   fi
   case $prev in
@@ -17,11 +17,13 @@ _cubemem() {
     --device-memory) COMPREPLY=($(compgen -W "80GiB 40GiB 24GiB 16GiB" -- "$cur")); return ;;
     --alignment) COMPREPLY=($(compgen -W "256 512 1024" -- "$cur")); return ;;
     --config) COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -d -- "$cur")); return ;;
-    --svg|--repeat|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --grid) COMPREPLY=($(compgen -W "2MiB 4MiB 64MiB" -- "$cur")); return ;;
+    --svg|--repeat|--confirm|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   local opts
   case $cmd in
     replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --json --svg --skip-bad-lines --device --snapshot-device --snapshot-free-on --no-progress --help" ;;
+    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --json --skip-bad-lines --no-progress --help" ;;
     plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --skip-bad-lines --help" ;;
     check-config) opts="--lenient --help" ;;
     *) opts="--help" ;;

@@ -85,13 +85,13 @@ fi
 
 # ---- 3. the manual page and the completion ----
 MAN="$SRC/docs/cubemem.1"
-for cmd in replay plan; do
+for cmd in replay fit plan; do
   for opt in $("$BUILD/cubemem" $cmd --help | grep -oE '^  --[a-z-]+' | tr -d ' '); do
     man_opt=$(sed 's/-/\\\\-/g' <<<"$opt")
     grep -q -- "$man_opt" "$MAN" || { bad "cubemem(1) does not document $cmd $opt"; continue; }
   done
 done
-[ $fail = 0 ] && ok "cubemem(1) documents every option of replay --help and plan --help"
+[ $fail = 0 ] && ok "cubemem(1) documents every option of replay, fit and plan --help"
 if command -v groff >/dev/null 2>&1; then
   groff -man -Tutf8 -ww -z "$MAN" 2>"$TMP/groff.err" && [ ! -s "$TMP/groff.err" ] && ok "groff renders cubemem(1) without warnings" || bad "groff: $(cat "$TMP/groff.err")"
 fi
@@ -101,6 +101,7 @@ comp() { # words...: the completions of the last word
 [ "$(comp cubemem rep)" = "replay" ] && ok "completion: commands" || bad "completion of 'rep': $(comp cubemem rep)"
 comp cubemem replay --no- | grep -qx -- '--no-config' && ok "completion: replay options" || bad "completion of --no-: $(comp cubemem replay --no-)"
 comp cubemem replay --pools sub | grep -qx subslices && ok "completion: presets" || bad "completion of presets"
+comp cubemem fit --gr | grep -qx -- '--grid' && ok "completion: fit options" || bad "completion of fit --gr"
 
 [ $fail = 0 ] && echo "test_packaging: $n passed"
 exit $fail
