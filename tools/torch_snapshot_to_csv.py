@@ -21,6 +21,12 @@ Conversion rules:
   allocated them.
 * Times are relative to the first trace entry, as ``HH:MM:SS.ffffff``.
 
+Warnings go to standard error, as ``cubemem replay SNAPSHOT`` prints them
+(the C reader in cubemem applies the same rules): a snapshot recorded without
+history (no trace entries at all: only the blocks live at dump would be
+converted), a device without trace entries, and pointers freed by the trace
+without being allocated in it.
+
 The pickle is loaded with an unpickler that refuses every global, so a
 snapshot can only yield plain dicts, lists, strings and numbers: a file that
 tries to construct any object is rejected instead of executing code.
@@ -89,12 +95,24 @@ def _active_blocks(segments, device):
     return out
 
 
-def convert(snap, device=None, free_on="completed"):
+def _warn(msg):
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+def convert(snap, device=None, free_on="completed", warn=_warn):
     """Return the CSV rows (without the header) for one device."""
     traces = _device_traces(snap)
     segments = _segments(snap)
+    has_history = any(t for t in traces)
     if device is None:
         device = next((i for i, t in enumerate(traces) if t), 0)
+    if not has_history:
+        warn("the snapshot has no allocation history: record it with "
+             "torch.cuda.memory._record_memory_history() before "
+             "torch.cuda.memory._dump_snapshot(); only the blocks live at dump are converted")
+    elif not (traces[device] if device < len(traces) else []):
+        warn(f"device {device} has no trace entries; only its blocks live at dump are "
+             "converted (--device chooses another)")
     trace = traces[device] if device < len(traces) else []
     free_action = "free_completed" if free_on == "completed" else "free_requested"
 
@@ -129,6 +147,9 @@ def convert(snap, device=None, free_on="completed"):
         elif action == "oom":
             events.append((rel, "allocate failure", 0, size, stream))
 
+    if pre_freed:
+        warn(f"{len(pre_freed)} pointer(s) freed by the trace without being allocated in it "
+             "(recorded before the history began): allocated at time zero")
     rows = []
     for addr, size in _active_blocks(segments, device):
         if addr in live or addr in pre_seen:

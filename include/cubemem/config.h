@@ -119,6 +119,30 @@ CM_API CM_NODISCARD int cm_config_load_buffer(cm_config_t *cfg, const char *data
 CM_API CM_NODISCARD int cm_config_load_file(cm_config_t *cfg, const char *path,
                                             const char *section, cm_diag_t *diag);
 
+/* ---- warnings for likely mistakes that the strict schema cannot see ------------ */
+
+/* Receives one warning: message "<file>:<line>:<col>: <what and the likely
+ * intent>" (the location once), and file, line, column, key set. */
+typedef void (*cm_config_warn_fn)(void *arg, const cm_diag_t *warning);
+
+/* Look for configuration that a loader ignores in silence, in the same
+ * document cm_config_load_buffer reads (same name and section):
+ *  - a table whose name is close to `memory` ([memroy], [Memory]);
+ *  - a memory key outside [memory] (persistent_memory = ... at the top);
+ *  - [cubecl.memory] in a whole-document file (read from burn.toml only) and
+ *    a top-level [memory] in a burn.toml (the runtime reads [cubecl.memory]).
+ * Other tables are not warned about (they belong to other tools). Calls warn
+ * once per finding, in document order; *count (may be NULL) receives the
+ * number. A document that does not parse gives no warnings and CM_OK (the
+ * loader reports it). Errors: CM_EINVAL (NULL data with len > 0 or NULL warn),
+ * CM_ENOMEM. Thread-safe; never prints. */
+CM_API CM_NODISCARD int cm_config_lint_buffer(const char *data, size_t len, const char *name,
+                                              const char *section, cm_config_warn_fn warn,
+                                              void *arg, size_t *count);
+/* Same for the file at path (CM_ENOTFOUND / CM_EIO when it cannot be read). */
+CM_API CM_NODISCARD int cm_config_lint_file(const char *path, const char *section,
+                                            cm_config_warn_fn warn, void *arg, size_t *count);
+
 /* Called for every file a lenient discovery skips; `err` describes why. */
 typedef void (*cm_config_skip_fn)(void *arg, const char *path, const char *section,
                                   const cm_diag_t *err);

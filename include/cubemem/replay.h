@@ -8,6 +8,10 @@
  *     1,00:00:00.000226,allocate,0x39b43000,1008,0x0
  *     1,00:00:00.000411,free,0x39b43000,1008,0x0
  *
+ * Actions are `allocate`, `free` (RMM's documentation calls it `deallocate`:
+ * both are read) and `allocate failure`, whose pointer is null: `0x0` or
+ * `(nil)`, as glibc prints a null %p.
+ *
  * Parsing turns the text into a compact event array once; pointers are
  * resolved to dense "slots" at parse time (a slot is reused after the free of
  * its allocation), so a replay only indexes an array of handles. Rows that
@@ -102,6 +106,73 @@ CM_API CM_NODISCARD int cm_trace_load(const char *path, const cm_trace_parse_opt
                                       cm_trace_t **out, cm_diag_t *diag);
 /* Free a trace. NULL ok. */
 CM_API void cm_trace_free(cm_trace_t *trace);
+
+/* ---- PyTorch memory snapshots ------------------------------------------- */
+
+/* A snapshot is the pickle written by torch.cuda.memory._dump_snapshot()
+ * (recorded with torch.cuda.memory._record_memory_history()). It is read by
+ * a restricted pickle reader that refuses every global and every object
+ * construction, so a file can only yield plain data. Conversion rules (the
+ * same as tools/torch_snapshot_to_csv.py):
+ *  - `alloc` trace entries are allocations of the requested size;
+ *    `free_completed` entries (or `free_requested` with free_on_requested)
+ *    are frees; `oom` entries are `allocate failure` rows;
+ *    segment events are the caching allocator's own traffic and are dropped;
+ *  - memory live before recording began becomes allocations at time zero, in
+ *    address order: the active blocks of the device's segments that the trace
+ *    did not allocate, and pointers the trace frees without allocating them;
+ *  - times are relative to the first trace entry. */
+
+typedef struct cm_snapshot_options {
+  int device;             /* device index; -1 = the first device with trace
+                             entries (0 when none has) */
+  bool free_on_requested; /* free at `free_requested` instead of `free_completed` */
+  cm_trace_parse_options_t parse; /* for the converted rows */
+} cm_snapshot_options_t;
+
+typedef struct cm_snapshot_info {
+  int device;                /* the device converted */
+  int device_count;          /* devices named by the traces or the segments */
+  bool has_history;          /* some device has trace entries */
+  uint64_t trace_entries;    /* entries in that device's trace (all actions) */
+  uint64_t preexisting;      /* allocations at time zero (live before recording) */
+  uint64_t freed_unallocated; /* of which: freed by the trace without an alloc */
+  uint64_t oom_entries;      /* `oom` entries */
+  uint64_t segments;         /* that device's segments at dump */
+  uint64_t reserved_bytes;   /* their total size: PyTorch's reserved bytes at dump */
+} cm_snapshot_info_t;
+
+/* Initialise options to the defaults (device -1, free_completed). */
+CM_API void cm_snapshot_options_init(cm_snapshot_options_t *opts);
+/* True when the bytes look like a pickle (protocol 2 or later), i.e. a
+ * snapshot rather than a CSV trace. Thread-safe; never fails. */
+CM_API bool cm_snapshot_detect(const void *buf, size_t len);
+/* Convert a snapshot to RMM CSV text (header included) in *csv (malloc'd,
+ * NUL-terminated; the caller frees it) of *csv_len bytes. info may be NULL.
+ * Errors: CM_EPARSE (not a pickle, a refused opcode, not a memory snapshot,
+ * a bad field), CM_ENOTFOUND (the requested device has no trace entries and
+ * no live blocks, or the snapshot was recorded without history: the message
+ * says which), CM_ENOMEM, CM_EINVAL. Thread-safe. */
+CM_API CM_NODISCARD int cm_snapshot_to_csv(const void *buf, size_t len,
+                                           const cm_snapshot_options_t *opts, char **csv,
+                                           size_t *csv_len, cm_snapshot_info_t *info,
+                                           cm_diag_t *diag);
+/* Convert a snapshot and parse the rows into a trace (see cm_trace_parse).
+ * Errors: as cm_snapshot_to_csv and cm_trace_parse. Thread-safe. */
+CM_API CM_NODISCARD int cm_trace_parse_snapshot(const void *buf, size_t len,
+                                                const cm_snapshot_options_t *opts,
+                                                cm_trace_t **out, cm_snapshot_info_t *info,
+                                                cm_diag_t *diag);
+/* Read `path` ('-' = standard input) and load it as a trace: a snapshot when
+ * cm_snapshot_detect says so (then *is_snapshot is true and info is filled),
+ * else RMM CSV (a file named *.pickle or *.pkl that is not a protocol 2-5
+ * pickle is CM_EPARSE, not read as CSV). snap_opts may be NULL (defaults, with parse options `opts`);
+ * info and is_snapshot may be NULL. diag->file receives the path on errors.
+ * Errors: as cm_trace_load and cm_trace_parse_snapshot. Thread-safe. */
+CM_API CM_NODISCARD int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
+                                          const cm_snapshot_options_t *snap_opts,
+                                          cm_trace_t **out, bool *is_snapshot,
+                                          cm_snapshot_info_t *info, cm_diag_t *diag);
 
 /* ---- replay ------------------------------------------------------------- */
 

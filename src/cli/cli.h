@@ -1,12 +1,126 @@
 /* cli.h - subcommands of the `cubemem` command-line tool. Each returns the
  * process exit code: 0 ok, 1 failure (message on stderr), 2 usage error,
- * 3 (replay, plan) a reservation failed or the device refused a call. */
+ * 3 (replay, plan) a reservation failed or the device refused a call.
+ *
+ * The second half declares the helpers the subcommands share (cli_util.c):
+ * the unit grammar, "did you mean", the --pools checker, byte formatting,
+ * configuration discovery and trace loading. They print their messages on
+ * stderr prefixed with "cubemem CMD:" and return an exit code (0, 1 or 2)
+ * unless said otherwise. They are not thread-safe (they print) and keep no
+ * state between calls. */
 #ifndef CM_CLI_H
 #define CM_CLI_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cubemem/config.h"
+#include "cubemem/cubemem.h"
+#include "cubemem/replay.h"
+
 int cm_cli_replay(int argc, char **argv);       /* cmd_replay.c */
 int cm_cli_plan(int argc, char **argv);         /* cmd_plan.c */
 int cm_cli_check_config(int argc, char **argv); /* cmd_config.c */
 int cm_cli_toml2json(int argc, char **argv);    /* cmd_toml.c */
 int cm_cli_demo(int argc, char **argv);         /* cmd_demo.c */
 int cm_cli_fit(int argc, char **argv);          /* cmd_fit.c */
+
+/* ---- the unit grammar (one for every size on the command line) ---------------- */
+
+/* The grammar in one line, for --help texts. */
+#define CLI_SIZE_HELP                                                                  \
+  "SIZE is a number with an optional unit: B; KiB, MiB, GiB, TiB (powers of 1024);\n" \
+  "KB, MB, GB, TB (powers of 1000); case-insensitive, a space is allowed, fractions\n" \
+  "must give whole bytes (1.5GiB). A bare K/M/G/T is refused as ambiguous.\n"
+#define CLI_SIZE_EXAMPLES "e.g. 80GiB, 1.5GiB, 512MB, 1048576"
+
+/* Parse SIZE into *out. Returns 0, or -1 with the reason in why (may be NULL). */
+int cli_parse_size(const char *s, uint64_t *out, char *why, size_t cap);
+/* A size option: prints "cubemem CMD: bad OPT 'VAL': reason (examples)" and
+ * returns 2 on a bad value (or zero when !allow_zero); 0 and *out otherwise. */
+int cli_size_option(const char *cmd, const char *opt, const char *val, bool allow_zero,
+                    uint64_t *out);
+/* --alignment: a size that is a power of two. */
+int cli_alignment_option(const char *cmd, const char *val, uint64_t *out);
+/* --device-memory: at least 4096 bytes; 0 is refused with the reason. */
+int cli_device_memory_option(const char *cmd, const char *val, uint64_t *out);
+
+/* ---- suggestions ------------------------------------------------------------------ */
+
+/* The candidate closest to word (case-insensitive edit distance, prefixes
+ * count as close), or NULL when none is close. Pure. */
+const char *cli_suggest(const char *word, const char *const *cands, size_t n);
+/* Print "unknown option '--josn'; did you mean '--json'?" for arg (a
+ * trailing =VALUE is ignored) and return 2. */
+int cli_unknown_option(const char *cmd, const char *arg, const char *const *options, size_t n);
+
+/* ---- --pools -------------------------------------------------------------------------- */
+
+/* Check a --pools text and rewrite its sizes in the CLI grammar to plain
+ * bytes for cm_pools_parse. Returns 0 with *out (malloc'd; caller frees), 1
+ * with a message in err (kind/key/preset suggestions, the option names users
+ * type), -1 when out of memory. */
+int cli_layout_check(const char *text, char **out, char *err, size_t cap);
+/* Rewrite internal field names in a cm_pools_* message (`max_pool_size`) to
+ * the option names of --pools (cap=). In place. */
+void cli_pool_message(char *msg, size_t cap);
+/* cli_layout_check + cm_pools_parse; prints "cubemem CMD: --pools 'TEXT': why". */
+int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
+                     cm_pool_options_t *pools, size_t cap, size_t *count);
+
+/* ---- formatting (the same units for the same numbers everywhere) ---------------- */
+
+/* Binary units for configured sizes: "80 GiB", "1.50 MiB", "4096 B". */
+void cli_fmt_iec(uint64_t b, char *buf, size_t cap);
+/* 1234567 -> "1,234,567" */
+void cli_fmt_grouped(uint64_t v, char *buf, size_t cap);
+/* A device capacity: "80 GiB (85.90 GB)", or decimal only when not a whole KiB. */
+void cli_fmt_device(uint64_t b, char *buf, size_t cap);
+/* Measured bytes (peaks, reserved) are cm_format_bytes: "1.18 GB". */
+
+/* The two trace lines of every report ("N events: ...", "peak live ..."),
+ * plus a line when the trace has nothing to replay. */
+void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
+/* "device sim, 80 GiB (85.90 GB), max page 20 GiB, alignment 512[, extra]" */
+void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
+                      const char *extra);
+
+/* ---- configuration ------------------------------------------------------------------ */
+
+/* Load the configuration into cfg (initialised by the caller): the file at
+ * `path` when given (burn.toml / Burn.toml through [cubecl]), else - unless
+ * no_config - discovered from the current directory upward as check-config
+ * does. `used` receives what the report shows ("./cubecl.toml",
+ * "burn.toml [cubecl]", "none (defaults)"). Errors name the file and
+ * position once. Returns 0 or 1. */
+int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
+                    char *used, size_t used_cap);
+/* Print the warnings of cm_config_lint_file for the file cfg was loaded from
+ * ("PREFIXwarning: file:line:col: ..."); returns their number. */
+size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg);
+/* Print "PREFIXfile:line:col: message" naming the location once, whether or
+ * not d->message already starts with it. */
+void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d);
+
+/* ---- traces --------------------------------------------------------------------------- */
+
+typedef struct cli_trace_options {
+  bool skip_bad;          /* --skip-bad-lines */
+  int snapshot_device;    /* --snapshot-device, -1 = first with history */
+  bool free_on_requested; /* --snapshot-free-on requested */
+} cli_trace_options_t;
+
+typedef struct cli_trace_info {
+  bool is_snapshot;
+  cm_snapshot_info_t snap; /* when is_snapshot */
+} cli_trace_info_t;
+
+/* Load a CSV trace or a PyTorch snapshot (detected by content) and print its
+ * warnings (skipped lines, unknown frees, allocation failures, pre-existing
+ * memory, an empty trace) on stderr. o and info may be NULL. Returns 0 or 1
+ * (the error printed as "PATH[:LINE]: message"). */
+int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t *o,
+                   cm_trace_t **out, cli_trace_info_t *info);
+
 #endif

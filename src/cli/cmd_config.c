@@ -41,11 +41,12 @@ static void usage(FILE *out) {
 
 static void on_skip(void *arg, const char *path, const char *section, const cm_diag_t *err) {
   (void)arg;
+  char prefix[600];
   if (section)
-    fprintf(stderr, "check-config: warning: ignoring section '%s' of %s: %s\n", section, path,
-            err->message);
+    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring section [%s] of ", section);
   else
-    fprintf(stderr, "check-config: warning: ignoring %s: %s\n", path, err->message);
+    snprintf(prefix, sizeof prefix, "check-config: warning: ignoring ");
+  cli_print_located(stderr, prefix, path, err);
 }
 
 static void print_config(const cm_config_t *cfg) {
@@ -79,7 +80,10 @@ int cm_cli_check_config(int argc, char **argv) {
     } else if (!strcmp(a, "--lenient")) {
       lenient = true;
     } else if (a[0] == '-' && a[1] != '\0') {
-      fprintf(stderr, "check-config: unknown option '%s'\n\n", a);
+      static const char *const all[] = {"--lenient", "--help"};
+      const char *s = cli_suggest(a, all, 2);
+      if (s) fprintf(stderr, "check-config: unknown option '%s'; did you mean '%s'?\n\n", a, s);
+      else fprintf(stderr, "check-config: unknown option '%s'\n\n", a);
       usage(stderr);
       return 2;
     } else if (path) {
@@ -122,6 +126,7 @@ int cm_cli_check_config(int argc, char **argv) {
     cm_config_free(&cfg);
     return 1;
   }
+  cli_config_warnings("check-config: ", &cfg);
   print_config(&cfg);
   cm_config_free(&cfg);
   if (fflush(stdout) != 0) {

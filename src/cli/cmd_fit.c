@@ -34,6 +34,10 @@ typedef struct fit_opts {
   const char *layouts[FIT_MAX_LAYOUTS];
   size_t layout_count;
   const char *persistent_memory;
+  const char *config_path;  /* --config */
+  bool no_config;           /* --no-config */
+  int snapshot_device;      /* --snapshot-device, -1 = first with history */
+  bool free_on_requested;   /* --snapshot-free-on requested */
   bool json, skip_bad, progress;
   const char **traces;
   size_t trace_count;
@@ -56,35 +60,19 @@ static void fit_usage(FILE *out) {
           "                         presets use max page = SIZE / 4)\n"
           "  --alignment N          pool alignment in bytes, a power of two (default 512)\n"
           "  --persistent-memory M  enabled | size-match | disabled | enforced\n"
+          "  --config PATH          the configuration (cubecl.toml, or burn.toml's [cubecl]);\n"
+          "                         default: discovered from the current directory upward\n"
+          "  --no-config            use no configuration file\n"
+          "  --snapshot-device N    the device of a PyTorch snapshot (default: the first with\n"
+          "                         trace entries)\n"
+          "  --snapshot-free-on E   completed (default) | requested\n"
           "  --grid SIZE            search grid (default 2MiB)\n"
           "  --confirm N            larger capacities replayed to confirm (default 7)\n"
           "  --json                 one JSON object per (trace, layout) line\n"
           "  --skip-bad-lines       skip (and count) malformed trace lines\n"
           "  --no-progress          never print the progress line\n"
-          "SIZE: bytes, or a number with B, KiB, MiB, GiB, TiB (binary) or KB, MB, GB, TB\n"
-          "(decimal).\n");
-}
-
-static int fit_parse_size(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  if (!s || !*s || *s == '-') return -1;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return -1;
-  while (*end == ' ') end++;
-  static const struct {
-    const char *u;
-    double m;
-  } units[] = {{"", 1},       {"B", 1},   {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-               {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].u) != 0) continue;
-    double b = v * units[i].m;
-    if (b >= 18446744073709551615.0 || b != floor(b)) return -1;
-    *out = (uint64_t)b;
-    return 0;
-  }
-  return -1;
+          "\nTRACE is an RMM CSV log or a PyTorch memory snapshot (pickle).\n"
+          CLI_SIZE_HELP);
 }
 
 static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
@@ -92,6 +80,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
   o->grid = 2ull << 20;
   o->confirmations = 7;
   o->progress = isatty(2);
+  o->snapshot_device = -1;
   o->traces = calloc((size_t)argc, sizeof *o->traces);
   if (!o->traces) return 1;
   for (int i = 1; i < argc; i++) {
@@ -106,6 +95,31 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->skip_bad = true;
     } else if (!strcmp(a, "--no-progress")) {
       o->progress = false;
+    } else if (!strcmp(a, "--no-config")) {
+      o->no_config = true;
+    } else if (!strcmp(a, "--config") || !strcmp(a, "--snapshot-device") ||
+               !strcmp(a, "--snapshot-free-on")) {
+      if (!v) {
+        fprintf(stderr, "cubemem fit: %s needs a value\n", a);
+        return 2;
+      }
+      i++;
+      char *end;
+      long dv = strtol(v, &end, 10);
+      if (!strcmp(a, "--config")) {
+        o->config_path = v;
+      } else if (!strcmp(a, "--snapshot-device")) {
+        if (!*v || *end || dv < 0 || dv > 65535) {
+          fprintf(stderr, "cubemem fit: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", v);
+          return 2;
+        }
+        o->snapshot_device = (int)dv;
+      } else if (strcmp(v, "completed") && strcmp(v, "requested")) {
+        fprintf(stderr, "cubemem fit: bad --snapshot-free-on '%s' (completed or requested)\n", v);
+        return 2;
+      } else {
+        o->free_on_requested = !strcmp(v, "requested");
+      }
     } else if (!strcmp(a, "--pools") || !strcmp(a, "--device-memory") ||
                !strcmp(a, "--alignment") || !strcmp(a, "--persistent-memory") ||
                !strcmp(a, "--grid") || !strcmp(a, "--confirm")) {
@@ -123,20 +137,14 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
         o->layouts[o->layout_count++] = v;
       } else if (!strcmp(a, "--persistent-memory")) {
         o->persistent_memory = v;
-      } else if (fit_parse_size(v, &n) != 0 || (n == 0 && strcmp(a, "--confirm") != 0)) {
-        fprintf(stderr, "cubemem fit: %s '%s': expected a size such as 80GiB or 1048576%s\n", a, v,
-                n == 0 ? " (greater than zero)" : "");
-        return 2;
       } else if (!strcmp(a, "--device-memory")) {
-        o->capacity = n;
+        if (cli_device_memory_option("fit", v, &o->capacity)) return 2;
       } else if (!strcmp(a, "--alignment")) {
-        if (n & (n - 1)) {
-          fprintf(stderr, "cubemem fit: --alignment %s: must be a power of two\n", v);
-          return 2;
-        }
-        o->alignment = n;
+        if (cli_alignment_option("fit", v, &o->alignment)) return 2;
       } else if (!strcmp(a, "--grid")) {
-        o->grid = n;
+        if (cli_size_option("fit", "--grid", v, false, &o->grid)) return 2;
+      } else if (cli_size_option("fit", "--confirm", v, true, &n)) {
+        return 2;
       } else {
         if (n > 1000) {
           fprintf(stderr, "cubemem fit: --confirm %s: at most 1000\n", v);
@@ -145,8 +153,11 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
         o->confirmations = (unsigned)n;
       }
     } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "cubemem fit: unknown option '%s' (see cubemem fit --help)\n", a);
-      return 2;
+      static const char *const all[] = {
+          "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
+          "--confirm", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
+          "--json", "--skip-bad-lines", "--no-progress", "--help"};
+      return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
       o->traces[o->trace_count++] = a;
     }
@@ -197,6 +208,12 @@ int cm_cli_fit(int argc, char **argv) {
   cm_diag_clear(&d);
   cm_config_t cfg;
   cm_config_init(&cfg);
+  char config_used[600];
+  if (cli_config_load("fit", o.config_path, o.no_config, &cfg, config_used, sizeof config_used)) {
+    cm_config_free(&cfg);
+    free(o.traces);
+    return 1;
+  }
   if (o.persistent_memory &&
       cm_config_set(&cfg, "memory.persistent_memory", o.persistent_memory, &d) != CM_OK) {
     fprintf(stderr, "cubemem fit: --persistent-memory: %s\n", d.message);
@@ -209,37 +226,33 @@ int cm_cli_fit(int argc, char **argv) {
   static cm_pool_options_t pools[FIT_MAX_LAYOUTS][CM_MAX_DYNAMIC_POOLS];
   size_t counts[FIT_MAX_LAYOUTS];
   for (size_t l = 0; l < o.layout_count; l++) {
-    cm_diag_clear(&d);
-    if (cm_pools_parse(o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS, &counts[l], &d) !=
-        CM_OK) {
-      fprintf(stderr, "cubemem fit: --pools '%s': %s\n", o.layouts[l],
-              d.message[0] ? d.message : cm_strerror(d.code));
+    int lrc = cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
+                               &counts[l]);
+    if (lrc) {
       cm_config_free(&cfg);
       free(o.traces);
-      return 2;
+      return lrc;
     }
   }
   if (!o.json) {
-    char cap[32];
-    cm_format_bytes(o.capacity, cap, sizeof cap);
+    char cap[64];
+    cli_fmt_device(o.capacity, cap, sizeof cap);
     printf("smallest device on which each trace replays with no failed reservation\n"
            "(simulated device, layouts resolved for %s, grid ", cap);
-    cm_format_bytes(o.grid, cap, sizeof cap);
-    printf("%s)\n\n  %-40s %-16s %12s %12s %8s %12s %8s %7s\n", cap, "trace", "layout",
+    cli_fmt_iec(o.grid, cap, sizeof cap);
+    printf("%s, config %s)\n\n", cap, config_used);
+    printf("  %-40s %-16s %12s %12s %8s %12s %8s %7s\n", "trace", "layout",
            "peak live", "unlimited", "ratio", "fits in", "ratio", "replays");
   }
-  cm_trace_parse_options_t po = {.skip_bad_lines = o.skip_bad};
+  cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
+                            .free_on_requested = o.free_on_requested};
   for (size_t ti = 0; ti < o.trace_count && status != 1; ti++) {
     const char *tname = o.traces[ti];
     cm_trace_t *t = NULL;
-    cm_diag_clear(&d);
-    if (cm_trace_load(tname, &po, &t, &d) != CM_OK) {
-      if (d.line) fprintf(stderr, "%s:%u: %s\n", tname, d.line, d.message);
-      else fprintf(stderr, "%s: %s\n", tname, d.message);
+    if (cli_trace_load("fit", tname, &to, &t, NULL)) { /* CSV or snapshot; prints warnings */
       status = 1;
       break;
     }
-    if (t->allocs == 0) fprintf(stderr, "%s: the trace has no allocations\n", tname);
     for (size_t l = 0; l < o.layout_count; l++) {
       cm_manager_config_t mc;
       cm_manager_config_init(&mc);
@@ -276,9 +289,11 @@ int cm_cli_fit(int argc, char **argv) {
         printf(",\"device_memory\":%" PRIu64 ",\"grid\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
                ",\"unconstrained_peak_reserved\":%" PRIu64 ",\"unconstrained_over_live\":%.6f"
                ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f,\"replays\":%u"
-               ",\"nonmonotone\":%u,\"first_nonmonotone\":%" PRIu64 "}\n",
+               ",\"nonmonotone\":%u,\"first_nonmonotone\":%" PRIu64 ",\"config\":",
                o.capacity, o.grid, fr.peak_live_bytes, fr.unconstrained_peak, unl, fr.fit_bytes,
                fr.ratio, fr.replays, fr.nonmonotone, fr.first_nonmonotone);
+        fit_json_string(stdout, config_used);
+        fputs("}\n", stdout);
       } else {
         char a[32], b[32], c[32];
         cm_format_bytes(fr.peak_live_bytes, a, sizeof a);

@@ -44,13 +44,20 @@ typedef struct plan_opts {
   const char *layout;
   const char *trace;
   bool skip_bad;
+  const char *config_path;
+  bool no_config;
+  int snapshot_device;
+  bool free_on_requested;
 } plan_opts_t;
+
+/* persistent_memory of the configuration in force (set once in cm_cli_plan) */
+static cm_persistent_memory_t g_persistent_memory = CM_PERSISTENT_ENABLED;
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: cubemem plan [options] TRACE\n"
           "\n"
-          "Replay an allocation trace (RMM CSV) under a dry run - no device memory is\n"
+          "Replay an allocation trace (RMM CSV or a PyTorch snapshot) under a dry run - no device memory is\n"
           "reserved - measure the peak of every pool, and print a layout whose pools are\n"
           "capped at those peaks. The LAST line of the output is that layout, ready for\n"
           "`cubemem replay --pools` (or cm_pools_parse / install_pools).\n"
@@ -60,35 +67,21 @@ static void usage(FILE *out) {
           "                         max page = SIZE / 4 and alignment 512, as `replay` does\n"
           "  --alignment N          pool alignment in bytes (default 512)\n"
           "  --pools LAYOUT         the layout to measure (default: default)\n"
-          "  --skip-bad-lines       skip (and count) malformed trace lines\n");
-}
-
-/* "80GiB", "512MiB", "1048576", "4KiB", "1.5GiB" -> bytes. */
-static int size_arg(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-') return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return -1;
-  static const struct {
-    const char *suffix;
-    double mult;
-  } units[] = {{"", 1.0},          {"B", 1.0},         {"KiB", 1024.0},
-               {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].suffix)) continue;
-    double b = v * units[i].mult;
-    if (b >= 18446744073709549568.0 || b != (double)(uint64_t)b) return -1;
-    *out = (uint64_t)b;
-    return 0;
-  }
-  return -1;
+          "  --config PATH          the configuration (cubecl.toml, or burn.toml's [cubecl]);\n"
+          "                         default: discovered from the current directory upward\n"
+          "  --no-config            use no configuration file\n"
+          "  --snapshot-device N    the device of a PyTorch snapshot (default: the first with\n"
+          "                         trace entries)\n"
+          "  --snapshot-free-on E   completed (default) | requested\n"
+          "  --skip-bad-lines       skip (and count) malformed trace lines\n"
+          "\n" CLI_SIZE_HELP);
 }
 
 static int parse_args(int argc, char **argv, plan_opts_t *o) {
   o->capacity = 80ull << 30;
   o->alignment = 512;
   o->layout = "default";
+  o->snapshot_device = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -99,6 +92,10 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
       o->skip_bad = true;
       continue;
     }
+    if (!strcmp(a, "--no-config")) {
+      o->no_config = true;
+      continue;
+    }
     if (a[0] != '-' || !strcmp(a, "-")) {
       if (o->trace) {
         fprintf(stderr, "cubemem plan: one trace at a time ('%s' and '%s' given)\n", o->trace, a);
@@ -107,7 +104,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
       o->trace = a;
       continue;
     }
-    static const char *const names[] = {"--device-memory", "--alignment", "--pools"};
+    static const char *const names[] = {"--device-memory", "--alignment", "--pools", "--config",
+                                        "--snapshot-device", "--snapshot-free-on"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
       size_t L = strlen(names[k]);
@@ -117,9 +115,10 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
       break;
     }
     if (!name) {
-      fprintf(stderr, "cubemem plan: unknown option '%s'\n\n", a);
-      usage(stderr);
-      return 2;
+      static const char *const all[] = {"--device-memory", "--alignment", "--pools", "--config",
+                                        "--snapshot-device", "--snapshot-free-on", "--no-config",
+                                        "--skip-bad-lines", "--help"};
+      return cli_unknown_option("plan", a, all, sizeof all / sizeof all[0]);
     }
     if (!val) {
       fprintf(stderr, "cubemem plan: %s needs a value\n", name);
@@ -127,12 +126,26 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
     }
     if (!strcmp(name, "--pools")) {
       o->layout = val;
-    } else {
-      uint64_t *dst = !strcmp(name, "--alignment") ? &o->alignment : &o->capacity;
-      if (size_arg(val, dst) || *dst == 0) {
-        fprintf(stderr, "cubemem plan: bad %s '%s' (e.g. 80GiB, 512MiB, 1048576)\n", name, val);
+    } else if (!strcmp(name, "--config")) {
+      o->config_path = val;
+    } else if (!strcmp(name, "--snapshot-device")) {
+      char *end;
+      long dv = strtol(val, &end, 10);
+      if (!*val || *end || dv < 0 || dv > 65535) {
+        fprintf(stderr, "cubemem plan: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
         return 2;
       }
+      o->snapshot_device = (int)dv;
+    } else if (!strcmp(name, "--snapshot-free-on")) {
+      if (strcmp(val, "completed") && strcmp(val, "requested")) {
+        fprintf(stderr, "cubemem plan: bad --snapshot-free-on '%s' (completed or requested)\n", val);
+        return 2;
+      }
+      o->free_on_requested = !strcmp(val, "requested");
+    } else if (!strcmp(name, "--alignment")) {
+      if (cli_alignment_option("plan", val, &o->alignment)) return 2;
+    } else {
+      if (cli_device_memory_option("plan", val, &o->capacity)) return 2;
     }
   }
   if (!o->trace) {
@@ -160,6 +173,7 @@ static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_
   mc.props = props;
   mc.pools = pools;
   mc.pool_count = n;
+  mc.persistent_memory = g_persistent_memory;
   cm_manager_t *m = NULL;
   rc = cm_manager_create(st, &mc, &m, d);
   if (rc) {
@@ -219,22 +233,24 @@ int cm_cli_plan(int argc, char **argv) {
   size_t n = 0;
   cm_diag_t d;
   cm_diag_clear(&d);
-  if (cm_pools_parse(o.layout, props, pools, CM_MAX_DYNAMIC_POOLS, &n, &d) != CM_OK) {
-    fprintf(stderr, "cubemem plan: --pools '%s': %s\n", o.layout,
-            d.message[0] ? d.message : cm_strerror(d.code));
-    return 2;
-  }
+  int lrc = cli_parse_layout("plan", o.layout, props, pools, CM_MAX_DYNAMIC_POOLS, &n);
+  if (lrc) return lrc;
 
-  cm_trace_parse_options_t po = {.skip_bad_lines = o.skip_bad};
-  cm_trace_t *t = NULL;
-  if (cm_trace_load(o.trace, &po, &t, &d) != CM_OK) {
-    if (d.line) fprintf(stderr, "%s:%u: %s\n", o.trace, d.line, d.message);
-    else fprintf(stderr, "%s: %s\n", o.trace, d.message);
+  cm_config_t cfg;
+  cm_config_init(&cfg);
+  char config_used[600];
+  if (cli_config_load("plan", o.config_path, o.no_config, &cfg, config_used, sizeof config_used)) {
+    cm_config_free(&cfg);
     return 1;
   }
-  if (t->bad_lines)
-    fprintf(stderr, "%s: skipped %" PRIu64 " malformed line%s\n", o.trace, t->bad_lines,
-            t->bad_lines == 1 ? "" : "s");
+  g_persistent_memory = cfg.persistent_memory;
+  cm_config_free(&cfg);
+
+  cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
+                            .free_on_requested = o.free_on_requested};
+  cli_trace_info_t tinfo;
+  cm_trace_t *t = NULL;
+  if (cli_trace_load("plan", o.trace, &to, &t, &tinfo)) return 1;
 
   int status = 0;
   cm_replay_result_t base, check;
@@ -277,21 +293,27 @@ int cm_cli_plan(int argc, char **argv) {
   }
 
   /* ---- the summary ---- */
-  char a[32], b[32], c[48];
+  char a[32], b[32], c[96];
   printf("plan    %s\n", o.trace);
-  fmt_b(t->peak_live_bytes, a, sizeof a);
-  printf("        %zu events (%" PRIu64 " allocations, %" PRIu64 " frees), peak live %s (%" PRIu64
-         " bytes)\n",
-         t->count, t->allocs, t->frees, a, t->peak_live_bytes);
-  fmt_b(o.capacity, a, sizeof a);
-  fmt_b(props.max_page_size, b, sizeof b);
-  printf("device  sim, %s, max page %s, alignment %" PRIu64
-         " (dry run: no device memory reserved)\n",
-         a, b, props.alignment);
+  cli_print_trace_summary(stdout, t);
+  if (tinfo.is_snapshot) {
+    fmt_b(tinfo.snap.reserved_bytes, a, sizeof a);
+    printf("        PyTorch snapshot, device %d of %d: PyTorch reserved %s in %" PRIu64
+           " segments at dump\n", tinfo.snap.device, tinfo.snap.device_count, a,
+           tinfo.snap.segments);
+  }
+  snprintf(c, sizeof c, "persistent memory %s (dry run: no device memory reserved)",
+           cm_config_persistent_memory_name(g_persistent_memory));
+  {
+    char extra[96];
+    snprintf(extra, sizeof extra, "%s", c);
+    cli_print_device(stdout, "sim", o.capacity, props, extra);
+  }
+  printf("config  %s\n", config_used);
   printf("layout  %s\n", o.layout);
   fmt_b(base.manager_reserved_peak, a, sizeof a);
-  printf("        measured peak reserved %s (%" PRIu64 " bytes), %.3f x the live peak\n", a,
-         base.manager_reserved_peak,
+  cli_fmt_grouped(base.manager_reserved_peak, b, sizeof b);
+  printf("        measured peak reserved %s (%s bytes), %.3f x the live peak\n", a, b,
          t->peak_live_bytes ? (double)base.manager_reserved_peak / (double)t->peak_live_bytes : 0.0);
   if (base.failed_allocs)
     printf("        %" PRIu64 " reserves failed under this layout (first: %s, %" PRIu64
@@ -323,9 +345,10 @@ int cm_cli_plan(int argc, char **argv) {
   if (m > n) printf("  %4zu  %-40s %10s %14s  %s\n", n, "(uncapped copy of the last pool)", "-",
                     "-", "takes what exceeds the plan");
   fmt_b(check.manager_reserved_peak, a, sizeof a);
-  printf("\ncheck   the plan replays with %" PRIu64 " failed reserve%s, peak reserved %s (%" PRIu64
+  cli_fmt_grouped(check.manager_reserved_peak, b, sizeof b);
+  printf("\ncheck   the plan replays with %" PRIu64 " failed reserve%s, peak reserved %s (%s"
          " bytes)%s\n",
-         check.failed_allocs, check.failed_allocs == 1 ? "" : "s", a, check.manager_reserved_peak,
+         check.failed_allocs, check.failed_allocs == 1 ? "" : "s", a, b,
          check.manager_reserved_peak <= base.manager_reserved_peak ? "" : "  [MORE than measured]");
   printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
   printf("%s\n", text);

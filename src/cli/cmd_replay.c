@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,10 @@ typedef struct opts {
   const char *persistent_memory;
   unsigned repeat;
   bool json, skip_bad, progress;
+  bool no_config;         /* --no-config: no discovery */
+  int snapshot_device;    /* --snapshot-device, -1 = first with history */
+  bool free_on_requested; /* --snapshot-free-on requested */
+  char config_used[600];  /* the configuration the report names */
   const char *svg;
   const char *html; /* --html FILE */
   bool fit;         /* --fit: also search the smallest device per layout */
@@ -82,18 +87,21 @@ static void usage(FILE *out) {
           "usage: cubemem replay [options] TRACE...\n"
           "\n"
           "Replay allocation logs in RAPIDS RMM's CSV layout\n"
-          "(Thread,Time,Action,Pointer,Size,Stream) through the memory manager.\n"
-          "TRACE may be '-' for standard input.\n"
+          "(Thread,Time,Action,Pointer,Size,Stream) or PyTorch memory snapshots\n"
+          "(torch.cuda.memory._dump_snapshot pickles, detected by content) through the\n"
+          "memory manager. TRACE may be '-' for standard input.\n"
           "\n"
           "options:\n"
-          "  --device-memory SIZE   simulated device capacity (default 80GiB; B, KiB, MiB,\n"
-          "                         GiB, TiB or plain bytes); presets use max page =\n"
-          "                         SIZE / 4 and alignment 512, as on CUDA\n"
-          "  --alignment N          pool alignment in bytes (default 512)\n"
+          "  --device-memory SIZE   simulated device capacity (default 80GiB); presets use\n"
+          "                         max page = SIZE / 4 and alignment 512, as on CUDA\n"
+          "  --alignment N          pool alignment in bytes, a power of two (default 512)\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list,\n"
           "                         e.g. 'sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,\n"
           "                         period=5000;direct'. Repeat to compare layouts.\n"
-          "  --config PATH          read persistent_memory and the logger from a cubecl.toml\n"
+          "  --config PATH          the configuration ([memory] of a cubecl.toml, [cubecl.memory]\n"
+          "                         of a burn.toml); default: cubecl.toml / burn.toml found\n"
+          "                         from the current directory upward, as check-config does\n"
+          "  --no-config            use no configuration file (the defaults)\n"
           "  --persistent-memory M  enabled | size-match | disabled | enforced\n"
           "  --repeat N             replay N times (fresh manager each), report the median time\n"
           "  --json                 one JSON object per (trace, layout) line\n"
@@ -108,7 +116,12 @@ static void usage(FILE *out) {
           "                         [memory.cuda] in --config), cuda:sync or cuda:async,\n"
           "                         vulkan or vulkan:N (physical device N; CM_VULKAN_VALIDATION=1\n"
           "                         enables the validation layer and fails on its messages)\n"
-          "  --no-progress          never print the progress line\n");
+          "  --snapshot-device N    the device of a PyTorch snapshot to replay (default: the\n"
+          "                         first with trace entries)\n"
+          "  --snapshot-free-on E   completed (default) | requested: the snapshot entry that\n"
+          "                         frees a block\n"
+          "  --no-progress          never print the progress line\n"
+          "\n" CLI_SIZE_HELP);
 }
 
 /* ---- device hook ------------------------------------------------------------ */
@@ -164,64 +177,22 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
       *capacity = total; /* the device-local heap */
     return rc;
   }
-  if (diag)
+  if (diag) {
+    static const char *const names[] = {"sim", "cuda", "cuda:sync", "cuda:async", "vulkan"};
+    const char *s = cli_suggest(device, names, 5);
     snprintf(diag->message, sizeof diag->message,
-             "unknown device '%s' (use sim, cuda, cuda:sync, cuda:async, vulkan or vulkan:N)",
-             device);
+             "unknown device '%s'%s%s%s (use sim, cuda, cuda:sync, cuda:async, vulkan or "
+             "vulkan:N)",
+             device, s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+  }
   return CM_ENOTSUP;
 }
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static int parse_size(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  if (!s || !*s || *s == '-') return -1;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return -1;
-  while (*end == ' ') end++;
-  static const struct {
-    const char *u;
-    double m;
-  } units[] = {{"", 1},          {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0},
-               {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-               {"GB", 1e9},      {"TB", 1e12}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].u) != 0) continue;
-    double b = v * units[i].m;
-    if (b >= 18446744073709551615.0) return -1;
-    /* plain bytes must be whole */
-    if (b != floor(b)) return -1;
-    *out = (uint64_t)b;
-    return 0;
-  }
-  return -1;
-}
-
 static void fmt_bytes(uint64_t b, char *buf, size_t cap) { cm_format_bytes(b, buf, cap); }
 
-/* Binary units for configured sizes: "80 GiB", "1.50 MiB", "4096 B". */
-static void fmt_iec(uint64_t b, char *buf, size_t cap) {
-  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int e = 0;
-  double v = (double)b;
-  while (e < 5 && v >= 1024) v /= 1024, e++;
-  if (e == 0 || v == floor(v)) snprintf(buf, cap, "%.0f %s", v, u[e]);
-  else snprintf(buf, cap, "%.2f %s", v, u[e]);
-}
-
-/* 1234567 -> "1,234,567" */
-static void fmt_grouped(uint64_t v, char *buf, size_t cap) {
-  char tmp[32];
-  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-  size_t j = 0;
-  for (int i = 0; i < n && j + 2 < cap; i++) {
-    buf[j++] = tmp[i];
-    int left = n - i - 1;
-    if (left > 0 && left % 3 == 0) buf[j++] = ',';
-  }
-  buf[j] = '\0';
-}
+static void fmt_grouped(uint64_t v, char *buf, size_t cap) { cli_fmt_grouped(v, buf, cap); }
 
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
@@ -264,6 +235,7 @@ typedef struct env {
   uint64_t capacity;
   const cm_config_t *cfg;
   cm_logger_t *logger;
+  const cli_trace_info_t *tinfo; /* the trace being reported */
 } env_t;
 
 static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
@@ -392,6 +364,13 @@ static void print_json(FILE *f, const char *tname, const layout_t *lay, const cm
           r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
           r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
           r->failed_allocs);
+  fputs(",\"config\":", f);
+  json_string(f, env->o->config_used);
+  if (env->tinfo && env->tinfo->is_snapshot)
+    fprintf(f, ",\"snapshot_device\":%d,\"torch_reserved_bytes\":%" PRIu64
+               ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
+            env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
+            env->tinfo->snap.preexisting);
   print_driver_json(f, r);
   if (env->o->fit)
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
@@ -501,27 +480,23 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
                        const run_t *runs, size_t n, const env_t *env) {
   char c[MAX_LAYOUTS][64], a[32], b[32];
   printf("trace   %s\n", tname);
-  fmt_grouped(t->count, b, sizeof b);
-  printf("        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-         " live at the end; peak %" PRIu64 " live at once\n",
-         b, t->allocs, t->frees, t->live_at_end, t->peak_live_count);
-  fmt_bytes(t->peak_live_bytes, a, sizeof a);
-  fmt_grouped(t->peak_live_bytes, b, sizeof b);
-  printf("        peak live %s (%s bytes), largest allocation ", a, b);
-  fmt_bytes(t->max_alloc_size, a, sizeof a);
-  printf("%s\n", a);
+  cli_print_trace_summary(stdout, t);
+  if (env->tinfo && env->tinfo->is_snapshot) {
+    const cm_snapshot_info_t *si = &env->tinfo->snap;
+    fmt_bytes(si->reserved_bytes, a, sizeof a);
+    printf("        PyTorch snapshot, device %d of %d: %" PRIu64 " allocations live before "
+           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump\n",
+           si->device, si->device_count, si->preexisting, a, si->segments);
+  }
   if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
     printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
            " 'allocate failure' rows, %" PRIu64 " re-allocated live pointers, %" PRIu64
            " malformed lines skipped\n",
            t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
-  char a2[32];
-  fmt_iec(env->capacity, a, sizeof a);
-  fmt_bytes(env->capacity, a2, sizeof a2);
-  printf("device  %s, %s (%s), max page ", env->o->device, a, a2);
-  fmt_iec(env->props.max_page_size, a, sizeof a);
-  printf("%s, alignment %" PRIu64 ", persistent memory %s\n\n", a, env->props.alignment,
-         cm_config_persistent_memory_name(env->cfg->persistent_memory));
+  snprintf(b, sizeof b, "persistent memory %s",
+           cm_config_persistent_memory_name(env->cfg->persistent_memory));
+  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
+  printf("config  %s\n\n", env->o->config_used);
 
   size_t width = 12;
   for (size_t i = 0; i < n; i++) {
@@ -544,8 +519,11 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
   row("reserved / live", c, n, width);
   for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
   row("reserved at end", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.device_allocs, runs[i].res.device_frees);
+  for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
+    const cm_replay_result_t *r = &runs[i].res;
+    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, r->device_allocs - r->device_maps,
+             r->device_frees - r->device_unmaps);
+  }
   row("device allocs/frees", c, n, width);
   for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.driver_calls, c[i], 64);
   row("driver calls", c, n, width);
@@ -567,6 +545,10 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
     snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.reserves,
              runs[i].res.storage.address_frees);
   row("  reserve / free VA", c, n, width);
+  if (env->tinfo && env->tinfo->is_snapshot) {
+    for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
+    row("reserved by PyTorch", c, n, width); /* at dump */
+  }
   bool refused = false;
   for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;
   if (refused) {
@@ -643,6 +625,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->device = "sim";
   o->repeat = 1;
   o->progress = true;
+  o->snapshot_device = -1;
   o->traces = trace_buf;
   bool only_files = false;
   for (int i = 1; i < argc; i++) {
@@ -667,10 +650,12 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!strcmp(a, "--fit")) { o->fit = true; continue; }
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
+    if (!strcmp(a, "--no-config")) { o->no_config = true; continue; }
     /* options with a value: --opt VALUE or --opt=VALUE */
     static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
                                              "--config", "--persistent-memory", "--repeat",
-                                             "--svg", "--device", "--html"};
+                                             "--svg", "--device", "--html", "--snapshot-device",
+                                             "--snapshot-free-on"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
       size_t L = strlen(with_value[k]);
@@ -682,24 +667,20 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       }
     }
     if (!name) {
-      fprintf(stderr, "cubemem replay: unknown option '%s'\n\n", a);
-      usage(stderr);
-      return 2;
+      static const char *const all[] = {
+          "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
+          "--repeat", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
+          "--skip-bad-lines", "--no-progress", "--no-config", "--help"};
+      return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }
     if (!val) {
       fprintf(stderr, "cubemem replay: %s needs a value\n", name);
       return 2;
     }
     if (!strcmp(name, "--device-memory")) {
-      if (parse_size(val, &o->capacity) || o->capacity == 0) {
-        fprintf(stderr, "cubemem replay: bad --device-memory '%s' (e.g. 80GiB, 512MiB, 1048576)\n", val);
-        return 2;
-      }
+      if (cli_device_memory_option("replay", val, &o->capacity)) return 2;
     } else if (!strcmp(name, "--alignment")) {
-      if (parse_size(val, &o->alignment) || o->alignment == 0) {
-        fprintf(stderr, "cubemem replay: bad --alignment '%s'\n", val);
-        return 2;
-      }
+      if (cli_alignment_option("replay", val, &o->alignment)) return 2;
     } else if (!strcmp(name, "--pools")) {
       if (o->layout_count == MAX_LAYOUTS) {
         fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
@@ -724,6 +705,20 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->html = val;
     } else if (!strcmp(name, "--device")) {
       o->device = val;
+    } else if (!strcmp(name, "--snapshot-device")) {
+      char *end;
+      long dv = strtol(val, &end, 10);
+      if (!*val || *end || dv < 0 || dv > 65535) {
+        fprintf(stderr, "cubemem replay: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
+        return 2;
+      }
+      o->snapshot_device = (int)dv;
+    } else if (!strcmp(name, "--snapshot-free-on")) {
+      if (strcmp(val, "completed") && strcmp(val, "requested")) {
+        fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
+        return 2;
+      }
+      o->free_on_requested = !strcmp(val, "requested");
     }
   }
   if (o->trace_count == 0) {
@@ -750,12 +745,8 @@ int cm_cli_replay(int argc, char **argv) {
   /* configuration: file, then the command line */
   cm_config_t cfg;
   cm_config_init(&cfg);
-  if (o.config_path && cm_config_load_file(&cfg, o.config_path, NULL, &d) != CM_OK) {
-    if (d.line)
-      fprintf(stderr, "cubemem replay: %s:%u:%u: %s\n", d.file[0] ? d.file : o.config_path,
-              d.line, d.column, d.message);
-    else
-      fprintf(stderr, "cubemem replay: %s: %s\n", o.config_path, d.message);
+  if (cli_config_load("replay", o.config_path, o.no_config, &cfg, o.config_used,
+                      sizeof o.config_used)) {
     cm_config_free(&cfg);
     return 1;
   }
@@ -804,41 +795,30 @@ int cm_cli_replay(int argc, char **argv) {
   }
   for (size_t l = 0; l < o.layout_count; l++) {
     lays[l].text = o.layouts[l];
-    cm_diag_clear(&d);
-    if (cm_pools_parse(o.layouts[l], env.props, lays[l].pools, CM_MAX_DYNAMIC_POOLS,
-                       &lays[l].count, &d) != CM_OK) {
-      fprintf(stderr, "cubemem replay: --pools '%s': %s\n", o.layouts[l],
-              d.message[0] ? d.message : cm_strerror(d.code));
-      status = 2;
+    int lrc = cli_parse_layout("replay", o.layouts[l], env.props, lays[l].pools,
+                               CM_MAX_DYNAMIC_POOLS, &lays[l].count);
+    if (lrc) {
+      status = lrc;
       goto out;
     }
   }
 
-  cm_trace_parse_options_t po = {.skip_bad_lines = o.skip_bad};
+  cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
+                            .free_on_requested = o.free_on_requested};
+  cli_trace_info_t tinfo;
+  env.tinfo = &tinfo;
+  /* A reader that stops early (| head) must not cost the requested files:
+   * writes to a closed pipe fail with EPIPE instead of killing the process,
+   * the report stops, and the SVG is still written. */
+  signal(SIGPIPE, SIG_IGN);
+  int stdout_errno = 0;
   for (size_t ti = 0; ti < o.trace_count; ti++) {
     const char *tname = o.traces[ti];
     cm_trace_t *t = NULL;
-    cm_diag_clear(&d);
-    if (cm_trace_load(tname, &po, &t, &d) != CM_OK) {
-      if (d.line) fprintf(stderr, "%s:%u: %s\n", tname, d.line, d.message);
-      else fprintf(stderr, "%s: %s\n", tname, d.message);
+    if (cli_trace_load("replay", tname, &to, &t, &tinfo)) {
       status = 1;
       break;
     }
-    if (t->bad_lines)
-      fprintf(stderr, "%s: skipped %" PRIu64 " malformed line%s (first: %s:%" PRIu64 ": %s)\n",
-              tname, t->bad_lines, t->bad_lines == 1 ? "" : "s", tname, t->first_bad_line,
-              t->first_bad_message);
-    if (t->unknown_frees)
-      fprintf(stderr, "%s: %" PRIu64 " free%s of unknown pointers ignored\n", tname,
-              t->unknown_frees, t->unknown_frees == 1 ? "" : "s");
-    if (t->alloc_failures)
-      fprintf(stderr, "%s: %" PRIu64 " 'allocate failure' row%s not replayed\n", tname,
-              t->alloc_failures, t->alloc_failures == 1 ? "" : "s");
-    if (t->duplicate_allocs)
-      fprintf(stderr, "%s: %" PRIu64 " allocation%s of an already live pointer (the earlier "
-              "one was freed first)\n", tname, t->duplicate_allocs,
-              t->duplicate_allocs == 1 ? "" : "s");
     run_t *tr = &runs[ti * o.layout_count];
     bool ok = true;
     for (size_t l = 0; l < o.layout_count; l++) {
@@ -863,7 +843,7 @@ int cm_cli_replay(int argc, char **argv) {
         for (size_t l = 0; l < o.layout_count; l++) print_json(stdout, tname, &lays[l], t, &tr[l], &env);
       else
         print_text(tname, t, lays, tr, o.layout_count, &env);
-      fflush(stdout);
+      if ((fflush(stdout) != 0 || ferror(stdout)) && !stdout_errno) stdout_errno = errno ? errno : EIO;
       if (o.html) /* the report embeds the objects --json prints */
         for (size_t l = 0; l < o.layout_count; l++) tr[l].json = json_object(tname, &lays[l], t, &tr[l], &env);
       done[ti] = true;
@@ -891,6 +871,10 @@ int cm_cli_replay(int argc, char **argv) {
     }
   }
 
+  if (stdout_errno && stdout_errno != EPIPE) {
+    fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(stdout_errno));
+    if (!status) status = 1;
+  }
   if (o.html && status == 0) status = write_html(o.html, o.traces, o.trace_count, lays, runs,
                                                 o.layout_count);
   if (status == 0 && (failed_total || refused_total)) {

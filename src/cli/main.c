@@ -13,11 +13,11 @@ static const struct {
   int (*fn)(int, char **);
   const char *help;
 } k_commands[] = {
-    {"replay", cm_cli_replay, "replay allocation traces (RMM CSV) through the memory manager"},
+    {"replay", cm_cli_replay, "replay allocation traces (RMM CSV, PyTorch snapshots) through the memory manager"},
     {"fit", cm_cli_fit, "the smallest device memory each trace fits in, per layout"},
     {"plan", cm_cli_plan, "dry-run a trace and print a measured pool layout"},
     {"check-config", cm_cli_check_config, "validate a cubecl.toml and print the memory settings"},
-    {"toml2json", cm_cli_toml2json, "read TOML on stdin, print toml-test tagged JSON"},
+    {"toml2json", cm_cli_toml2json, "read TOML (a file or stdin), print toml-test tagged JSON"},
     {"demo", cm_cli_demo, "a short tour of the API with a memory report"},
 };
 
@@ -44,7 +44,11 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
     if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "cubemem: unknown command '%s'\n\n", argv[1]);
+  const char *names[sizeof k_commands / sizeof k_commands[0]];
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) names[i] = k_commands[i].name;
+  const char *s = cli_suggest(argv[1], names, sizeof names / sizeof names[0]);
+  if (s) fprintf(stderr, "cubemem: unknown command '%s'; did you mean '%s'?\n\n", argv[1], s);
+  else fprintf(stderr, "cubemem: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return 2;
 }

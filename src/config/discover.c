@@ -15,7 +15,7 @@
  *
  * Invariants. *cfg changes only on success. Nothing is printed.
  *
- * Exports: cm_config_load_file, cm_config_discover.
+ * Exports: cm_config_load_file, cm_config_discover, cm_config_lint_file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -214,5 +214,18 @@ int cm_config_discover(cm_config_t *cfg, const char *start_dir,
 done:
   free(path);
   free(dir);
+  return rc;
+}
+
+int cm_config_lint_file(const char *path, const char *section, cm_config_warn_fn warn, void *arg,
+                        size_t *count) {
+  if (!path || !warn) return CM_EINVAL;
+  char *data = NULL;
+  size_t len = 0;
+  struct stat st;
+  int rc = read_file(path, &data, &len, &st, NULL);
+  if (rc != CM_OK) return rc;
+  rc = cm_config_lint_buffer(data, len, path, section, warn, arg, count);
+  free(data);
   return rc;
 }

@@ -19,7 +19,7 @@
  *
  * Exports: cm_config_init/free/copy, cm_config_load_buffer, cm_config_set*,
  * cm_config_field_key, cm_config_source_format, cm_config_value_format, the
- * cm_config_*_name functions and cm_config_make_logger.
+ * cm_config_*_name functions, cm_config_make_logger and cm_config_lint_buffer.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -765,4 +765,95 @@ int cm_config_make_logger(const cm_config_t *cfg, cm_log_fn callback, void *call
   lc.callback = callback;
   lc.callback_arg = callback_arg;
   return cm_logger_create(&lc, out, diag);
+}
+
+/* ---- lint: what the loader ignores in silence ------------------------------------ */
+
+typedef struct linter {
+  const char *name;
+  cm_config_warn_fn warn;
+  void *arg;
+  size_t count;
+} linter_t;
+
+static void lint_warn(linter_t *l, const cm_toml_value_t *v, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void lint_warn(linter_t *l, const cm_toml_value_t *v, const char *key, const char *fmt, ...) {
+  cm_diag_t w;
+  memset(&w, 0, sizeof w);
+  w.code = CM_ECONFIG;
+  (void)cm_toml_position(v, &w.line, &w.column);
+  snprintf(w.file, sizeof w.file, "%s", l->name);
+  snprintf(w.key, sizeof w.key, "%s", key);
+  char what[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  fmt_into(w.message, sizeof w.message, "%s:%u:%u: %s", l->name, w.line, w.column, what);
+  l->count++;
+  l->warn(l->arg, &w);
+}
+
+/* Findings in the table `top` whose dotted name is `prefix` ("" = root). */
+static void lint_top(linter_t *l, const cm_toml_value_t *top, const char *prefix) {
+  static const char *const memory[] = {"memory"};
+  size_t len = 0;
+  (void)cm_toml_table_len(top, &len);
+  for (size_t i = 0; i < len; i++) {
+    const char *key;
+    size_t kn;
+    const cm_toml_value_t *v;
+    if (cm_toml_table_at(top, i, &key, &kn, &v) != CM_OK) return;
+    if (key_is(key, kn, "memory")) continue;
+    char full[200];
+    snprintf(full, sizeof full, "%s%s%.*s", prefix, *prefix ? "." : "", (int)(kn > 120 ? 120 : kn), key);
+    bool table = cm_toml_type(v) == CM_TOML_TABLE;
+    if (table && closest(key, kn, memory, 1)) {
+      lint_warn(l, v, full,
+                "table [%s] is not read: did you mean [%s%smemory]? (table names are "
+                "case-sensitive)", full, prefix, *prefix ? "." : "");
+      continue;
+    }
+    const char *mk = closest(key, kn, k_memory_keys, COUNT(k_memory_keys));
+    if (mk && key_is(key, kn, mk)) {
+      lint_warn(l, v, full,
+                "'%s' is outside [%s%smemory] and is not read: move it under [%s%smemory]",
+                full, prefix, *prefix ? "." : "", prefix, *prefix ? "." : "");
+    } else if (!table && mk) {
+      lint_warn(l, v, full,
+                "'%s' is not read: did you mean '%s' under [%s%smemory]?", full, mk, prefix,
+                *prefix ? "." : "");
+    }
+  }
+}
+
+int cm_config_lint_buffer(const char *data, size_t len, const char *name, const char *section,
+                          cm_config_warn_fn warn, void *arg, size_t *count) {
+  if ((!data && len > 0) || !warn) return CM_EINVAL;
+  if (count) *count = 0;
+  if (!name) name = "<buffer>";
+  cm_toml_doc_t *doc = NULL;
+  int rc = cm_toml_parse(data ? data : "", len, &doc, NULL);
+  if (rc == CM_ENOMEM) return rc;
+  if (rc != CM_OK) return CM_OK; /* the loader reports parse errors */
+  linter_t l = {name, warn, arg, 0};
+  const cm_toml_value_t *root = cm_toml_doc_root(doc), *sec = NULL, *mem = NULL;
+  if (section) {
+    if (cm_toml_table_get(root, section, &sec) == CM_OK && cm_toml_type(sec) == CM_TOML_TABLE)
+      lint_top(&l, sec, section);
+    if (cm_toml_table_get(root, "memory", &mem) == CM_OK && cm_toml_type(mem) == CM_TOML_TABLE)
+      lint_warn(&l, mem, "memory",
+                "[memory] at the top of %s is not read: this file's configuration is "
+                "[%s.memory]", name, section);
+  } else {
+    lint_top(&l, root, "");
+    if (cm_toml_table_get(root, "cubecl", &sec) == CM_OK && cm_toml_type(sec) == CM_TOML_TABLE &&
+        cm_toml_table_get(sec, "memory", &mem) == CM_OK)
+      lint_warn(&l, mem, "cubecl.memory",
+                "[cubecl.memory] is read from burn.toml only: in %s write [memory]", name);
+  }
+  cm_toml_doc_free(doc);
+  if (count) *count = l.count;
+  return CM_OK;
 }

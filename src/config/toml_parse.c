@@ -702,6 +702,22 @@ static bool is_tok(int c) {
 }
 
 /* Numbers, inf/nan, dates and times. */
+/* "True", "FALSE": a boolean in the wrong case (not a bare string). */
+static bool is_bool_word(const char *w, size_t n) {
+  const char *t = n == 4 ? "true" : n == 5 ? "false" : NULL;
+  if (!t) return false;
+  for (size_t i = 0; i < n; i++)
+    if ((w[i] | 0x20) != t[i]) return false;
+  return true;
+}
+
+/* A bare word where a value belongs (level = basic): strings need quotes. */
+static int bare_word(parser_t *p, size_t s) {
+  int n = (int)(p->i - s > 64 ? 64 : p->i - s);
+  return perr(p, s, "invalid value '%.*s': strings need quotes (write \"%.*s\")", n, p->s + s, n,
+              p->s + s);
+}
+
 static int parse_scalar_token(parser_t *p, cm_toml_value_t **out) {
   size_t start = p->i;
   while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
@@ -902,6 +918,7 @@ static int parse_value(parser_t *p, uint32_t depth, cm_toml_value_t **out) {
           is_tok(at(p, wl))) {
         size_t s = p->i;
         while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
+        if (!is_bool_word(p->s + s, p->i - s)) return bare_word(p, s);
         return perr(p, s, "invalid value '%.*s' (booleans are lower-case true/false)",
                     (int)(p->i - s > 64 ? 64 : p->i - s), p->s + s);
       }
@@ -913,6 +930,18 @@ static int parse_value(parser_t *p, uint32_t depth, cm_toml_value_t **out) {
       return CM_OK;
     }
     default:
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+        size_t s = p->i, k = p->i;
+        while (k < p->n && is_tok((unsigned char)p->s[k])) k++;
+        bool special = (k - s == 3 && (!memcmp(p->s + s, "inf", 3) || !memcmp(p->s + s, "nan", 3)));
+        if (!special) {
+          p->i = k;
+          if (is_bool_word(p->s + s, k - s))
+            return perr(p, s, "invalid value '%.*s' (booleans are lower-case true/false)",
+                        (int)(k - s), p->s + s);
+          return bare_word(p, s);
+        }
+      }
       if ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == 'i' || c == 'n') {
         return parse_scalar_token(p, out);
       }

@@ -107,8 +107,14 @@ static bool parse_dec(field_t f, uint64_t *out) {
   return true;
 }
 
-/* A pointer is a key only: "0x..." hex, or bare hex digits (RMM writes 0x). */
+/* A pointer is a key only: "0x..." hex, or bare hex digits (RMM writes 0x).
+ * A null pointer as glibc's %p prints it, "(nil)" (RMM's `allocate failure`
+ * rows), is 0. */
 static bool parse_ptr(field_t f, uint64_t *out) {
+  if (field_is(f, "(nil)")) {
+    *out = 0;
+    return true;
+  }
   if (f.n >= 2 && f.p[0] == '0' && (f.p[1] == 'x' || f.p[1] == 'X')) f.p += 2, f.n -= 2;
   if (f.n == 0 || f.n > 16) return false;
   uint64_t v = 0;
@@ -330,11 +336,11 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   field_t act = f[ps->col[COL_ACTION]];
   int kind; /* 0 alloc, 1 free, 2 allocate failure */
   if (field_is(act, "allocate")) kind = 0;
-  else if (field_is(act, "free")) kind = 1;
+  else if (field_is(act, "free") || field_is(act, "deallocate")) kind = 1; /* RMM docs: deallocate */
   else if (field_is(act, "allocate failure") || field_is(act, "allocate_failure")) kind = 2;
   else {
     quote(act, q, sizeof q);
-    snprintf(ps->msg, sizeof ps->msg, "bad action '%s' (expected allocate, free or allocate failure)", q);
+    snprintf(ps->msg, sizeof ps->msg, "bad action '%s' (expected allocate, free, deallocate or allocate failure)", q);
     return CM_EPARSE;
   }
   uint64_t ptr, size, time_us = 0;

@@ -17,7 +17,9 @@ PC=$(find "$PREFIX" -name cubemem.pc -path '*pkgconfig*' | head -n1)
 [[ -n "$PC" ]] || { echo "check.sh: no cubemem.pc under $PREFIX"; exit 1; }
 LIBDIR=$(dirname "$(dirname "$PC")")
 for f in "$PREFIX/include/cubemem/cubemem.h" "$LIBDIR/libcubemem.so" "$LIBDIR/libcubemem.a" \
-         "$LIBDIR/cmake/cubemem/cubememConfig.cmake" "$PREFIX/bin/cubemem"; do
+         "$LIBDIR/cmake/cubemem/cubememConfig.cmake" "$PREFIX/bin/cubemem" \
+         "$PREFIX/share/man/man1/cubemem.1" "$PREFIX/share/bash-completion/completions/cubemem" \
+         "$PREFIX/bin/torch_snapshot_to_csv.py"; do
   [[ -e "$f" ]] || { echo "check.sh: missing installed file $f"; exit 1; }
 done
 

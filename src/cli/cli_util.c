@@ -1,0 +1,545 @@
+/*
+ * cli_util.c - pieces shared by the subcommands (replay, plan, fit): the unit
+ * grammar for sizes, "did you mean" suggestions, the --pools checker, byte
+ * formatting, configuration discovery and trace loading (CSV or PyTorch
+ * snapshot) with the trace's warnings. See cli.h for the contracts.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+/* ---- sizes ------------------------------------------------------------------ */
+
+int cli_parse_size(const char *s, uint64_t *out, char *why, size_t cap) {
+  static const struct {
+    const char *u;
+    double m;
+  } units[] = {{"", 1},     {"B", 1},      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
+               {"TiB", 0x1p40}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
+  if (why && cap) why[0] = '\0';
+  if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '.')) {
+    if (why) snprintf(why, cap, "expected a number with an optional unit");
+    return -1;
+  }
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || !(v >= 0) || isinf(v)) {
+    if (why) snprintf(why, cap, "expected a number with an optional unit");
+    return -1;
+  }
+  /* strtod reads hex and exponents: the grammar is plain decimals only */
+  for (const char *c = s; c < end; c++)
+    if (!((*c >= '0' && *c <= '9') || *c == '.')) {
+      if (why) snprintf(why, cap, "expected a plain decimal number");
+      return -1;
+    }
+  while (*end == ' ') end++;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].u) != 0) continue;
+    double b = v * units[i].m;
+    if (b >= 18446744073709549568.0) {
+      if (why) snprintf(why, cap, "too large");
+      return -1;
+    }
+    if (b != floor(b)) {
+      if (why) snprintf(why, cap, "not a whole number of bytes");
+      return -1;
+    }
+    *out = (uint64_t)b;
+    return 0;
+  }
+  if (why) {
+    char c = (char)(*end >= 'a' && *end <= 'z' ? *end - 32 : *end);
+    if (strlen(end) == 1 && strchr("KMGT", c))
+      snprintf(why, cap, "unit '%s' is ambiguous: write %ciB (powers of 1024) or %cB (powers of 1000)",
+               end, c, c);
+    else snprintf(why, cap, "unknown unit '%s'", end);
+  }
+  return -1;
+}
+
+int cli_size_option(const char *cmd, const char *opt, const char *val, bool allow_zero,
+                    uint64_t *out) {
+  char why[160];
+  uint64_t v;
+  if (cli_parse_size(val, &v, why, sizeof why)) {
+    fprintf(stderr, "cubemem %s: bad %s '%s': %s (%s)\n", cmd, opt, val, why, CLI_SIZE_EXAMPLES);
+    return 2;
+  }
+  if (!allow_zero && v == 0) {
+    fprintf(stderr, "cubemem %s: bad %s '%s': must be more than zero bytes\n", cmd, opt, val);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_alignment_option(const char *cmd, const char *val, uint64_t *out) {
+  uint64_t v;
+  int rc = cli_size_option(cmd, "--alignment", val, false, &v);
+  if (rc) return rc;
+  if (v & (v - 1)) {
+    uint64_t lo = 1;
+    while (lo <= v / 2) lo <<= 1;
+    fprintf(stderr, "cubemem %s: bad --alignment '%s': must be a power of two (e.g. %" PRIu64
+            " or %" PRIu64 ")\n", cmd, val, lo, lo * 2);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_device_memory_option(const char *cmd, const char *val, uint64_t *out) {
+  char why[160];
+  uint64_t v;
+  if (cli_parse_size(val, &v, why, sizeof why)) {
+    fprintf(stderr, "cubemem %s: bad --device-memory '%s': %s (%s)\n", cmd, val, why,
+            CLI_SIZE_EXAMPLES);
+    return 2;
+  }
+  if (v < 4096) {
+    fprintf(stderr, "cubemem %s: bad --device-memory '%s': the simulated device needs at least "
+            "4096 bytes (the presets use pages of a quarter of it), e.g. 80GiB\n", cmd, val);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+/* ---- suggestions ---------------------------------------------------------------- */
+
+/* Optimal string alignment distance, case-insensitive; large for long words. */
+static size_t osa(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 62 || m > 62) return 1000;
+  size_t d[64][64];
+  for (size_t i = 0; i <= n; i++) d[i][0] = i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int ca = a[i - 1] | 0x20, cb = b[j - 1] | 0x20;
+      size_t cost = ca != cb;
+      size_t v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && ca == (b[j - 2] | 0x20) && (a[i - 2] | 0x20) == cb &&
+          d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[n][m];
+}
+
+const char *cli_suggest(const char *word, const char *const *cands, size_t n) {
+  if (!word || !*word) return NULL;
+  const char *best = NULL;
+  size_t best_d = (size_t)-1, wl = strlen(word);
+  for (size_t i = 0; i < n; i++) {
+    size_t cl = strlen(cands[i]);
+    size_t d = osa(word, cands[i]);
+    /* a prefix of a candidate ("--pool" for "--pools") counts as close */
+    if (wl >= 3 && wl < cl && !strncasecmp(word, cands[i], wl) && d > 1) d = 1;
+    if (d < best_d) best_d = d, best = cands[i];
+  }
+  size_t limit = wl <= 4 ? 1 : wl <= 8 ? 2 : 3;
+  return best_d <= limit ? best : NULL;
+}
+
+int cli_unknown_option(const char *cmd, const char *arg, const char *const *options, size_t n) {
+  char name[128];
+  snprintf(name, sizeof name, "%s", arg);
+  char *eq = strchr(name, '=');
+  if (eq) *eq = '\0';
+  const char *s = cli_suggest(name, options, n);
+  if (s)
+    fprintf(stderr, "cubemem %s: unknown option '%s'; did you mean '%s'? (see cubemem %s --help)\n",
+            cmd, name, s, cmd);
+  else
+    fprintf(stderr, "cubemem %s: unknown option '%s' (see cubemem %s --help)\n", cmd, name, cmd);
+  return 2;
+}
+
+/* ---- --pools ---------------------------------------------------------------------- */
+
+static const char *const k_presets[] = {"default", "subslices", "exclusive-pages"};
+static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena"};
+static const char *const k_keys[] = {"page", "max-slice", "cap", "max", "period", "reclaim"};
+/* internal field names accepted as aliases, and how users write them */
+static const char *const k_fields[][2] = {
+    {"page_size", "page"},         {"max_slice_size", "max-slice"}, {"max_pool_size", "cap"},
+    {"max_alloc_size", "max"},     {"dealloc_period", "period"},    {"reclaim_at", "reclaim"}};
+
+static bool is_one_of(const char *w, size_t len, const char *const *set, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strlen(set[i]) == len && !strncmp(w, set[i], len)) return true;
+  return false;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+  if (!*buf) return;
+  if (*len + n + 1 > *cap) {
+    size_t nc = (*len + n + 1) * 2;
+    char *nb = realloc(*buf, nc);
+    if (!nb) {
+      free(*buf);
+      *buf = NULL;
+      return;
+    }
+    *buf = nb;
+    *cap = nc;
+  }
+  memcpy(*buf + *len, s, n);
+  *len += n;
+  (*buf)[*len] = '\0';
+}
+
+int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
+  *out = NULL;
+  err[0] = '\0';
+  if (!strcmp(text, "sub-slices") || !strcmp(text, "exclusive") ||
+      is_one_of(text, strlen(text), k_presets, 3)) {
+    *out = strdup(text);
+    return *out ? 0 : -1;
+  }
+  size_t bcap = strlen(text) * 2 + 64, blen = 0;
+  char *buf = malloc(bcap);
+  if (!buf) return -1;
+  buf[0] = '\0';
+  bool single = !strchr(text, ';') && !strchr(text, ':');
+  const char *p = text;
+  size_t idx = 0;
+  while (*p || idx == 0) {
+    idx++;
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    size_t kl = colon ? (size_t)(colon - p) : len;
+    char kind[64];
+    snprintf(kind, sizeof kind, "%.*s", (int)(kl < 63 ? kl : 63), p);
+    if (!is_one_of(p, kl, k_kinds, 4)) {
+      const char *all[7] = {k_presets[0], k_presets[1], k_presets[2], k_kinds[0],
+                            k_kinds[1],   k_kinds[2],   k_kinds[3]};
+      const char *s = cli_suggest(kind, all, 7);
+      char hint[96] = "";
+      if (s) snprintf(hint, sizeof hint, "did you mean '%s'? ", s);
+      if (single)
+        snprintf(err, cap, "unknown layout '%s'; %sexpected a preset (default, subslices, "
+                 "exclusive-pages) or a pool list of sliced, exclusive, direct and arena pools, "
+                 "e.g. 'sliced:page=8MiB;direct'", kind, hint);
+      else
+        snprintf(err, cap, "pool %zu: unknown kind '%s'; %sexpected sliced, exclusive, direct or "
+                 "arena (presets default, subslices and exclusive-pages stand alone)",
+                 idx, kind, hint);
+      free(buf);
+      return 1;
+    }
+    if (idx > 1) append(&buf, &blen, &bcap, ";", 1);
+    append(&buf, &blen, &bcap, p, kl);
+    const char *q = colon ? colon + 1 : p + len, *qend = p + len;
+    bool first = true;
+    while (q < qend) {
+      const char *comma = memchr(q, ',', (size_t)(qend - q));
+      const char *iend = comma ? comma : qend;
+      const char *eq = memchr(q, '=', (size_t)(iend - q));
+      if (!eq) {
+        snprintf(err, cap, "pool %zu (%s): expected key=value, got '%.*s' (keys: page, max-slice, "
+                 "cap, max, period, reclaim)", idx, kind, (int)(iend - q), q);
+        free(buf);
+        return 1;
+      }
+      char key[64], val[96];
+      snprintf(key, sizeof key, "%.*s", (int)((size_t)(eq - q) < 63 ? (size_t)(eq - q) : 63), q);
+      snprintf(val, sizeof val, "%.*s", (int)((size_t)(iend - eq - 1) < 95 ? (size_t)(iend - eq - 1) : 95), eq + 1);
+      const char *user = NULL;
+      for (size_t k = 0; k < 6; k++) {
+        if (!strcmp(key, k_keys[k])) user = k_keys[k];
+        if (!strcmp(key, k_fields[k][0])) user = k_fields[k][1];
+      }
+      if (!user) {
+        const char *s = cli_suggest(key, k_keys, 6);
+        char hint[64] = "";
+        if (s) snprintf(hint, sizeof hint, "did you mean '%s='? ", s);
+        snprintf(err, cap, "pool %zu (%s): unknown option '%s='; %sexpected page=, max-slice=, "
+                 "cap=, max=, period= or reclaim=", idx, kind, key, hint);
+        free(buf);
+        return 1;
+      }
+      uint64_t v;
+      char why[160];
+      if (!strcmp(user, "period")) {
+        char *e;
+        errno = 0;
+        unsigned long long r = strtoull(val, &e, 10);
+        if (!val[0] || *e || errno || val[0] == '-') {
+          snprintf(err, cap, "pool %zu (%s): bad period=%s: expected a whole number of "
+                   "reservations", idx, kind, val);
+          free(buf);
+          return 1;
+        }
+        v = r;
+      } else if (cli_parse_size(val, &v, why, sizeof why)) {
+        snprintf(err, cap, "pool %zu (%s): bad %s=%s: %s (%s)", idx, kind, user, val, why,
+                 CLI_SIZE_EXAMPLES);
+        free(buf);
+        return 1;
+      }
+      char item[96];
+      int w = snprintf(item, sizeof item, "%s%s=%" PRIu64, first ? ":" : ",", user, v);
+      append(&buf, &blen, &bcap, item, (size_t)w);
+      first = false;
+      q = comma ? comma + 1 : qend;
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  if (!buf) return -1;
+  *out = buf;
+  return 0;
+}
+
+void cli_pool_message(char *msg, size_t cap) {
+  for (size_t k = 0; k < 6; k++) {
+    char from[40], to[40];
+    snprintf(from, sizeof from, "`%s`", k_fields[k][0]);
+    snprintf(to, sizeof to, "%s=", k_fields[k][1]);
+    char *hit;
+    while ((hit = strstr(msg, from))) {
+      size_t fl = strlen(from), tl = strlen(to), ml = strlen(msg);
+      if (ml - fl + tl + 1 > cap) break;
+      memmove(hit + tl, hit + fl, ml - (size_t)(hit - msg) - fl + 1);
+      memcpy(hit, to, tl);
+    }
+  }
+}
+
+int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
+                     cm_pool_options_t *pools, size_t cap, size_t *count) {
+  char err[512];
+  char *norm = NULL;
+  int rc = cli_layout_check(text, &norm, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "cubemem %s: out of memory\n", cmd);
+    return 1;
+  }
+  if (rc > 0) {
+    fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text, err);
+    return 2;
+  }
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (cm_pools_parse(norm, props, pools, cap, count, &d) != CM_OK) {
+    cli_pool_message(d.message, sizeof d.message);
+    fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text,
+            d.message[0] ? d.message : cm_strerror(d.code));
+    free(norm);
+    return 2;
+  }
+  free(norm);
+  return 0;
+}
+
+/* ---- formatting ---------------------------------------------------------------------- */
+
+void cli_fmt_iec(uint64_t b, char *buf, size_t cap) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int e = 0;
+  double v = (double)b;
+  while (e < 5 && v >= 1024) v /= 1024, e++;
+  if (e == 0 || v == floor(v)) snprintf(buf, cap, "%.0f %s", v, u[e]);
+  else snprintf(buf, cap, "%.2f %s", v, u[e]);
+}
+
+void cli_fmt_grouped(uint64_t v, char *buf, size_t cap) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+  size_t j = 0;
+  for (int i = 0; i < n && j + 2 < cap; i++) {
+    buf[j++] = tmp[i];
+    int left = n - i - 1;
+    if (left > 0 && left % 3 == 0) buf[j++] = ',';
+  }
+  buf[j] = '\0';
+}
+
+void cli_fmt_device(uint64_t b, char *buf, size_t cap) {
+  char a[32], c[32];
+  cli_fmt_iec(b, a, sizeof a);
+  cm_format_bytes(b, c, sizeof c);
+  if (b % 1024 == 0 && b >= 1024) snprintf(buf, cap, "%s (%s)", a, c);
+  else snprintf(buf, cap, "%s", c);
+}
+
+/* ---- configuration ------------------------------------------------------------------- */
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+static bool is_burn(const char *path) {
+  const char *b = base_name(path);
+  return !strcmp(b, "burn.toml") || !strcmp(b, "Burn.toml");
+}
+
+void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d) {
+  const char *file = d->file[0] ? d->file : path;
+  const char *msg = d->message[0] ? d->message : cm_strerror(d->code);
+  size_t fl = file ? strlen(file) : 0;
+  /* the library's messages already start with "file:line:col:" - name it once */
+  if ((fl && !strncmp(msg, file, fl) && msg[fl] == ':') || !file)
+    fprintf(f, "%s%s\n", prefix, msg);
+  else if (d->line)
+    fprintf(f, "%s%s:%u:%u: %s\n", prefix, file, d->line, d->column, msg);
+  else
+    fprintf(f, "%s%s: %s\n", prefix, file, msg);
+}
+
+static void print_config_error(const char *cmd, const char *path, const cm_diag_t *d) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+  cli_print_located(stderr, prefix, path, d);
+}
+
+static void on_warning(void *arg, const cm_diag_t *w) {
+  fprintf(stderr, "%swarning: %s\n", (const char *)arg, w->message);
+}
+
+size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg) {
+  size_t n = 0;
+  if (!cfg->path) return 0;
+  if (cm_config_lint_file(cfg->path, cfg->section, on_warning, (void *)prefix, &n) != CM_OK) return 0;
+  return n;
+}
+
+int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
+                    char *used, size_t used_cap) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (used && used_cap) snprintf(used, used_cap, "none (defaults)");
+  if (path) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+      fprintf(stderr, "cubemem %s: --config %s: no such file\n", cmd, path);
+      return 1;
+    }
+    const char *section = is_burn(path) ? "cubecl" : NULL;
+    int rc = cm_config_load_file(cfg, path, section, &d);
+    if (rc == CM_ENOTFOUND && section) {
+      fprintf(stderr, "cubemem %s: warning: %s has no [cubecl] table; using the defaults\n", cmd,
+              path);
+      if (used && used_cap) snprintf(used, used_cap, "none (%s has no [cubecl] table)", path);
+      return 0;
+    }
+    if (rc != CM_OK) {
+      print_config_error(cmd, path, &d);
+      return 1;
+    }
+  } else if (!no_config) {
+    if (cm_config_discover(cfg, NULL, NULL, &d) != CM_OK) {
+      print_config_error(cmd, d.file[0] ? d.file : "configuration", &d);
+      fprintf(stderr, "cubemem %s: (found by discovery from the current directory; pass "
+              "--no-config to ignore it)\n", cmd);
+      return 1;
+    }
+  }
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+  cli_config_warnings(prefix, cfg);
+  if (used && used_cap && cfg->path) {
+    if (cfg->section) snprintf(used, used_cap, "%s [%s]", cfg->path, cfg->section);
+    else snprintf(used, used_cap, "%s", cfg->path);
+  }
+  return 0;
+}
+
+/* ---- traces --------------------------------------------------------------------------- */
+
+int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t *o,
+                   cm_trace_t **out, cli_trace_info_t *info) {
+  cm_trace_parse_options_t po = {.skip_bad_lines = o && o->skip_bad};
+  cm_snapshot_options_t so;
+  cm_snapshot_options_init(&so);
+  so.parse = po;
+  if (o) {
+    so.device = o->snapshot_device;
+    so.free_on_requested = o->free_on_requested;
+  }
+  cli_trace_info_t tmp;
+  memset(&tmp, 0, sizeof tmp);
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  int rc = cm_trace_load_any(path, &po, &so, out, &tmp.is_snapshot, &tmp.snap, &d);
+  if (info) *info = tmp;
+  if (rc != CM_OK) {
+    if (d.line) fprintf(stderr, "%s:%u: %s\n", path, d.line, d.message);
+    else fprintf(stderr, "%s: %s\n", path, d.message[0] ? d.message : cm_strerror(rc));
+    return 1;
+  }
+  const cm_trace_t *t = *out;
+  if (tmp.is_snapshot) {
+    const cm_snapshot_info_t *s = &tmp.snap;
+    if (s->trace_entries == 0)
+      fprintf(stderr, "%s: warning: device %d has no trace entries; only its %" PRIu64
+              " live block%s at dump are replayed (--snapshot-device chooses another of %d)\n",
+              path, s->device, s->preexisting, s->preexisting == 1 ? "" : "s", s->device_count);
+    if (s->freed_unallocated)
+      fprintf(stderr, "%s: %" PRIu64 " pointer%s freed by the trace without being allocated in it "
+              "(recorded before the history began): allocated at time zero\n", path,
+              s->freed_unallocated, s->freed_unallocated == 1 ? "" : "s");
+  }
+  if (t->bad_lines)
+    fprintf(stderr, "%s: skipped %" PRIu64 " malformed line%s (first: %s:%" PRIu64 ": %s)\n",
+            path, t->bad_lines, t->bad_lines == 1 ? "" : "s", path, t->first_bad_line,
+            t->first_bad_message);
+  if (t->unknown_frees)
+    fprintf(stderr, "%s: %" PRIu64 " free%s of unknown pointers ignored\n", path,
+            t->unknown_frees, t->unknown_frees == 1 ? "" : "s");
+  if (t->alloc_failures)
+    fprintf(stderr, "%s: %" PRIu64 " 'allocate failure' row%s (failed in the recorded run) not "
+            "replayed\n", path, t->alloc_failures, t->alloc_failures == 1 ? "" : "s");
+  if (t->duplicate_allocs)
+    fprintf(stderr, "%s: %" PRIu64 " allocation%s of an already live pointer (the earlier "
+            "one was freed first)\n", path, t->duplicate_allocs,
+            t->duplicate_allocs == 1 ? "" : "s");
+  if (t->count == 0)
+    fprintf(stderr, "%s: warning: the trace %s; there is nothing to replay\n", path,
+            t->lines == 0 ? "is empty" : "has no allocations");
+  else if (t->allocs == 0)
+    fprintf(stderr, "%s: warning: the trace has no allocations\n", path);
+  return 0;
+}
+
+/* ---- report pieces ------------------------------------------------------------------------ */
+
+void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
+  char a[32], b[32];
+  cli_fmt_grouped(t->count, b, sizeof b);
+  fprintf(f, "        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+             " live at the end; peak %" PRIu64 " live at once\n",
+          b, t->allocs, t->frees, t->live_at_end, t->peak_live_count);
+  cm_format_bytes(t->peak_live_bytes, a, sizeof a);
+  cli_fmt_grouped(t->peak_live_bytes, b, sizeof b);
+  fprintf(f, "        peak live %s (%s bytes), largest allocation ", a, b);
+  cm_format_bytes(t->max_alloc_size, a, sizeof a);
+  fprintf(f, "%s\n", a);
+  if (t->count == 0)
+    fprintf(f, "        the trace %s: nothing was replayed\n",
+            t->lines == 0 ? "is empty" : "has no allocations");
+}
+
+void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
+                      const char *extra) {
+  char a[64], b[32];
+  cli_fmt_device(capacity, a, sizeof a);
+  cli_fmt_iec(props.max_page_size, b, sizeof b);
+  fprintf(f, "device  %s, %s, max page %s, alignment %" PRIu64 "%s%s\n", device, a, b,
+          props.alignment, extra && *extra ? ", " : "", extra ? extra : "");
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# test_packaging.sh BUILD_DIR SOURCE_DIR [SHARED_DIR]
+#
+# Packaging as a user meets it:
+#  1. add_subdirectory(cubemem) + target_link_libraries(app cubemem::cubemem)
+#     (and cubemem::cubemem_static) configures, builds and runs, and neither
+#     tests nor fuzz drivers are built (CM_BUILD_TESTS is OFF by default below
+#     the top level, and when given explicitly);
+#  2. `cmake --install` puts the manual page cubemem(1), the bash completion
+#     and the snapshot converter in place;
+#  3. the manual page documents every option `--help` lists, and the
+#     completion offers the commands and options.
+set -u
+BUILD=${1:?build dir} SRC=${2:?source dir}
+SRC=$(cd "$SRC" && pwd) BUILD=$(cd "$BUILD" && pwd)
+command -v cmake >/dev/null && command -v ninja >/dev/null || { echo "SKIP: cmake/ninja missing"; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0 n=0
+ok() { echo "ok $*"; n=$((n + 1)); }
+bad() { echo "not ok $*"; fail=1; }
+
+# ---- 1. add_subdirectory ----
+mkdir -p "$TMP/app"
+cat >"$TMP/app/CMakeLists.txt" <<EOC
+cmake_minimum_required(VERSION 3.20)
+project(app LANGUAGES C)
+add_subdirectory("$SRC" cubemem)
+add_executable(app main.c)
+target_link_libraries(app PRIVATE cubemem::cubemem)
+add_executable(app_static main.c)
+target_link_libraries(app_static PRIVATE cubemem::cubemem_static)
+EOC
+cat >"$TMP/app/main.c" <<'EOC'
+#include <stdio.h>
+#include <cubemem/cubemem.h>
+int main(void) {
+  cm_storage_t *st;
+  if (cm_storage_sim_create(1ull << 30, true, 0, &st) != CM_OK) return 1;
+  cm_manager_config_t cfg;
+  cm_manager_config_init(&cfg);
+  cfg.props = (cm_device_props_t){.max_page_size = 256u << 20, .alignment = 512};
+  cm_manager_t *m;
+  if (cm_manager_create(st, &cfg, &m, NULL) != CM_OK) return 1;
+  cm_handle_t h;
+  if (cm_manager_reserve(m, 4096, &h, NULL) != CM_OK) return 1;
+  cm_handle_release(h);
+  cm_manager_destroy(m);
+  puts("subproject ok");
+  return 0;
+}
+EOC
+for mode in default explicit; do
+  extra=()
+  [ $mode = explicit ] && extra=(-DCM_BUILD_TESTS=OFF)
+  b="$TMP/build-$mode"
+  if ! cmake -S "$TMP/app" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >"$TMP/cfg.log" 2>&1; then
+    bad "$mode: configure: $(tail -5 "$TMP/cfg.log")"; continue
+  fi
+  targets=$(ninja -C "$b" -t targets all 2>/dev/null | cut -d: -f1)
+  if grep -Eq '(^|/)(test_[a-z_]+|fuzz_replay_[a-z_]+|cm_harness|cm_bench_[a-z_]+)$' <<<"$targets"; then
+    bad "$mode: tests or fuzzers are built: $(grep -E 'test_|fuzz_|cm_harness|cm_bench' <<<"$targets" | head -3)"
+  else
+    ok "$mode (CM_BUILD_TESTS off): no test, fuzz or bench targets"
+  fi
+  if cmake --build "$b" --target app app_static >"$TMP/build.log" 2>&1 && "$b/app" | grep -q 'subproject ok' \
+     && "$b/app_static" | grep -q 'subproject ok'; then
+    ok "$mode: app links cubemem::cubemem and cubemem::cubemem_static and runs"
+  else
+    bad "$mode: build or run: $(tail -8 "$TMP/build.log")"
+  fi
+  [ $mode = default ] || continue
+done
+
+# ---- 2. install ----
+P="$TMP/prefix"
+if cmake --install "$BUILD" --prefix "$P" >"$TMP/install.log" 2>&1; then
+  for f in share/man/man1/cubemem.1 share/bash-completion/completions/cubemem bin/torch_snapshot_to_csv.py bin/cubemem; do
+    [ -f "$P/$f" ] && ok "installed $f" || bad "not installed: $f"
+  done
+  [ -x "$P/bin/torch_snapshot_to_csv.py" ] && ok "the converter is executable" || bad "the converter is not executable"
+else
+  bad "cmake --install: $(tail -5 "$TMP/install.log")"
+fi
+
+# ---- 3. the manual page and the completion ----
+MAN="$SRC/docs/cubemem.1"
+for cmd in replay fit plan; do
+  for opt in $("$BUILD/cubemem" $cmd --help | grep -oE '^  --[a-z-]+' | tr -d ' '); do
+    man_opt=$(sed 's/-/\\\\-/g' <<<"$opt")
+    grep -q -- "$man_opt" "$MAN" || { bad "cubemem(1) does not document $cmd $opt"; continue; }
+  done
+done
+[ $fail = 0 ] && ok "cubemem(1) documents every option of replay, fit and plan --help"
+if command -v groff >/dev/null 2>&1; then
+  groff -man -Tutf8 -ww -z "$MAN" 2>"$TMP/groff.err" && [ ! -s "$TMP/groff.err" ] && ok "groff renders cubemem(1) without warnings" || bad "groff: $(cat "$TMP/groff.err")"
+fi
+comp() { # words...: the completions of the last word
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _cubemem; printf "%s\n" "${COMPREPLY[@]}"' _ "$SRC/tools/cubemem-completion.bash" "$@"
+}
+[ "$(comp cubemem rep)" = "replay" ] && ok "completion: commands" || bad "completion of 'rep': $(comp cubemem rep)"
+comp cubemem replay --no- | grep -qx -- '--no-config' && ok "completion: replay options" || bad "completion of --no-: $(comp cubemem replay --no-)"
+comp cubemem replay --pools sub | grep -qx subslices && ok "completion: presets" || bad "completion of presets"
+comp cubemem fit --gr | grep -qx -- '--grid' && ok "completion: fit options" || bad "completion of fit --gr"
+
+[ $fail = 0 ] && echo "test_packaging: $n passed"
+exit $fail

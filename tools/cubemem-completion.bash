@@ -1,0 +1,37 @@
+# bash completion for cubemem (installed as
+# share/bash-completion/completions/cubemem)
+_cubemem() {
+  local cur prev cmd
+  cur=${COMP_WORDS[COMP_CWORD]}
+  prev=${COMP_WORDS[COMP_CWORD-1]}
+  cmd=${COMP_WORDS[1]:-}
+  if [[ $COMP_CWORD -eq 1 ]]; then
+    COMPREPLY=($(compgen -W "replay fit plan check-config toml2json demo --help --version" -- "$cur"))
+    return
+  fi
+  case $prev in
+    --pools) COMPREPLY=($(compgen -W "default subslices exclusive-pages sliced: exclusive: direct arena:" -- "$cur")); return ;;
+    --persistent-memory) COMPREPLY=($(compgen -W "enabled size-match disabled enforced" -- "$cur")); return ;;
+    --device) COMPREPLY=($(compgen -W "sim cuda cuda:sync cuda:async" -- "$cur")); return ;;
+    --snapshot-free-on) COMPREPLY=($(compgen -W "completed requested" -- "$cur")); return ;;
+    --device-memory) COMPREPLY=($(compgen -W "80GiB 40GiB 24GiB 16GiB" -- "$cur")); return ;;
+    --alignment) COMPREPLY=($(compgen -W "256 512 1024" -- "$cur")); return ;;
+    --config) COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -d -- "$cur")); return ;;
+    --grid) COMPREPLY=($(compgen -W "2MiB 4MiB 64MiB" -- "$cur")); return ;;
+    --svg|--repeat|--confirm|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+  esac
+  local opts
+  case $cmd in
+    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --no-progress --help" ;;
+    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --json --skip-bad-lines --no-progress --help" ;;
+    plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --skip-bad-lines --help" ;;
+    check-config) opts="--lenient --help" ;;
+    *) opts="--help" ;;
+  esac
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+  else
+    COMPREPLY=($(compgen -f -- "$cur"))
+  fi
+}
+complete -o filenames -F _cubemem cubemem
