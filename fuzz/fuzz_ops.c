@@ -22,8 +22,10 @@
  * end everything the input took is released, windows, dry runs and capture
  * are closed, and cm_manager_cleanup(true) runs; the manager must then be
  * empty (usage zero, cm_manager_check clean) before the next input may use
- * it. CM_FUZZ_FRESH=1 in the environment makes a new manager per input
- * instead (to rule the persistence out when reproducing a report).
+ * it - it then holds no memory either. What still differs from a new
+ * manager: storage addresses and ids, peak and warning counters.
+ * CM_FUZZ_FRESH=1 in the environment makes a new manager per input instead
+ * (to rule the persistence out when reproducing a report).
  *
  * A model tracks every user reference and the slice ("object") it refers to:
  * requested size, live / stale / never placed, and the storage range the
