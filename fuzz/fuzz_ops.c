@@ -11,15 +11,31 @@
  * persistent windows, periodic and explicit cleanup, install_pools, capture
  * (begin, priming end, end, pins release), dry runs, reports and display.
  *
+ * Persistent managers. Building a manager (and its storage, and tearing
+ * both down) for every input used to cost more than running most inputs, so
+ * managers are kept for the whole process, one per storage setup (storage
+ * kind, fault injection on/off, alignment, persistent-memory mode: the
+ * parameters fixed at creation). Each input resets its manager through the
+ * public API only: the fault plan is replaced (cm_storage_faulty_set_plan,
+ * which also renumbers the calls), the input's preset is installed
+ * (cm_manager_install_pools, which rebuilds every dynamic pool), and at the
+ * end everything the input took is released, windows, dry runs and capture
+ * are closed, and cm_manager_cleanup(true) runs; the manager must then be
+ * empty (usage zero, cm_manager_check clean) before the next input may use
+ * it - it then holds no memory either. What still differs from a new
+ * manager: storage addresses and ids, peak and warning counters.
+ * CM_FUZZ_FRESH=1 in the environment makes a new manager per input instead
+ * (to rule the persistence out when reproducing a report).
+ *
  * A model tracks every user reference and the slice ("object") it refers to:
  * requested size, live / stale / never placed, and the storage range the
  * first resolution returned. After every operation the target checks:
  *  - cm_manager_check() reports no violated invariant: after every
  *    operation when replaying a corpus (fuzz_main.c); while fuzzing, after
- *    each of the first CHECK_ALL_OPS operations, then every CHECK_EVERY-th
- *    and at the end - the check walks every granule of the reserved address
- *    space (about a millisecond per call, more under ASan) and would
- *    otherwise hold the fuzzer to a few inputs per second;
+ *    every CHECK_EVERY-th operation, after the last one and after the reset
+ *    - the check walks every granule of the arena's reserved address space
+ *    (about a millisecond per call under ASan and coverage) and would
+ *    otherwise dominate the fuzzer's time;
  *  - each call's status is one the API documents for that situation
  *    (lookups of live objects succeed, of stale or unplaced ones fail with
  *    CM_ENOTFOUND; failed reserves leave the handle empty);
@@ -52,7 +68,7 @@
   } while (0)
 
 enum { MAXH = 48, MAXB = 48, MAXO = 160, MAXPINS = 4, MAXOPS = 1000 };
-enum { CHECK_ALL_OPS = 8, CHECK_EVERY = 64 };
+enum { CHECK_EVERY = 256 };
 
 typedef struct mobj {
   bool used;   /* some user reference points at this descriptor */
@@ -86,6 +102,7 @@ typedef struct fuzz_state {
   unsigned windows;
   uint8_t next_pattern;
   cm_device_props_t props;
+  cm_alloc_mode_t initial_mode; /* of the manager when it was created */
 } fuzz_state;
 
 static size_t g_opno;
@@ -105,9 +122,20 @@ static uint64_t take_size(fuzz_state *s) {
   return v;
 }
 
-static bool obj_live(const mobj *o) { return o->used && o->placed && !o->stale; }
+/* The model's own bookkeeping and checks are not coverage-instrumented (and
+ * not inlined into instrumented callers): their branches mirror the input or
+ * are the oracle, not the library, and instrumenting their loops (run after
+ * every operation) cost more than the operations themselves. */
+#if defined(__clang__)
+#define NO_COVERAGE __attribute__((no_sanitize("coverage"), noinline))
+#else
+#define NO_COVERAGE
+#endif
 
-static int new_obj(fuzz_state *s) {
+#define OBJ_LIVE(o) ((o)->used && (o)->placed && !(o)->stale)
+static bool obj_live(const mobj *o) { return OBJ_LIVE(o); }
+
+NO_COVERAGE static int new_obj(fuzz_state *s) {
   for (int i = 0; i < MAXO; i++)
     if (!s->objs[i].used) {
       memset(&s->objs[i], 0, sizeof s->objs[i]);
@@ -116,12 +144,12 @@ static int new_obj(fuzz_state *s) {
     }
   return -1;
 }
-static int free_slot(ref *v, int n) {
+NO_COVERAGE static int free_slot(ref *v, int n) {
   for (int i = 0; i < n; i++)
     if (!v[i].used) return i;
   return -1;
 }
-static int pick(fuzz_state *s, ref *v, int n) {
+NO_COVERAGE static int pick(fuzz_state *s, ref *v, int n) {
   int start = take(s) % n;
   for (int k = 0; k < n; k++) {
     int i = (start + k) % n;
@@ -135,14 +163,17 @@ static cm_binding_t obj_binding_of_ref(const ref *r, bool is_handle) {
 }
 
 /* Host: verify the object's pattern (before its last reference goes). */
-static void verify_pattern(fuzz_state *s, mobj *o, cm_binding_t b) {
+NO_COVERAGE static void verify_pattern(fuzz_state *s, mobj *o, cm_binding_t b) {
   if (!s->host || !o->filled || !obj_live(o) || o->size == 0) return;
   cm_resource_t r;
   int rc = cm_manager_get_resource(s->m, b, 0, 0, &r, NULL);
   FUZZ_CHECK(rc == CM_OK);
   FUZZ_CHECK(r.host != NULL && r.size == o->size);
   const uint8_t *mem = r.host;
-  for (uint64_t i = 0; i < o->size; i++) FUZZ_CHECK(mem[i] == o->pattern);
+  /* every byte equals the first (memcmp of the range against itself shifted
+   * by one: one libc call, still checked for addressability by ASan) */
+  FUZZ_CHECK(mem[0] == o->pattern);
+  FUZZ_CHECK(o->size == 1 || memcmp(mem, mem + 1, (size_t)o->size - 1) == 0);
 }
 
 static void obj_drop_ref(fuzz_state *s, uint32_t oi, bool handle, cm_binding_t probe) {
@@ -171,9 +202,30 @@ static void release_binding_slot(fuzz_state *s, int i) {
   r->used = false;
 }
 
-static bool ranges_overlap(const cm_storage_handle_t *a, const cm_storage_handle_t *b) {
+NO_COVERAGE static bool ranges_overlap(const cm_storage_handle_t *a,
+                                       const cm_storage_handle_t *b) {
   if (a->id != b->id || a->size == 0 || b->size == 0) return false;
   return a->offset < b->offset + b->size && b->offset < a->offset + a->size;
+}
+
+/* Whether sh overlaps the range of a live resolved object other than oi. */
+NO_COVERAGE static bool overlaps_live(const fuzz_state *s, uint32_t oi,
+                                      const cm_storage_handle_t *sh) {
+  for (int i = 0; i < MAXO; i++) {
+    const mobj *q = &s->objs[i];
+    if ((uint32_t)i != oi && OBJ_LIVE(q) && q->resolved && ranges_overlap(sh, &q->sh)) return true;
+  }
+  return false;
+}
+
+/* Live objects and their bytes, from the model. */
+NO_COVERAGE static void model_totals(const fuzz_state *s, uint64_t *n, uint64_t *bytes) {
+  *n = *bytes = 0;
+  for (int i = 0; i < MAXO; i++)
+    if (OBJ_LIVE(&s->objs[i])) {
+      ++*n;
+      *bytes += s->objs[i].size;
+    }
 }
 
 /* Resolve object oi through binding b and check it against the model. */
@@ -201,10 +253,7 @@ static void resolve(fuzz_state *s, uint32_t oi, cm_binding_t b) {
     FUZZ_CHECK(sh.id == o->sh.id && sh.offset == o->sh.offset && sh.size == o->sh.size);
     return;
   }
-  for (int i = 0; i < MAXO; i++) {
-    const mobj *q = &s->objs[i];
-    if ((uint32_t)i != oi && obj_live(q) && q->resolved) FUZZ_CHECK(!ranges_overlap(&sh, &q->sh));
-  }
+  FUZZ_CHECK(!overlaps_live(s, oi, &sh));
   o->resolved = true;
   o->sh = sh;
   if (s->host && o->size > 0) {
@@ -217,7 +266,7 @@ static void resolve(fuzz_state *s, uint32_t oi, cm_binding_t b) {
   }
 }
 
-static void check_usage(fuzz_state *s, bool full) {
+NO_COVERAGE static void check_usage(fuzz_state *s, bool full) {
   if (full) {
     cm_diag_t d;
     cm_diag_clear(&d);
@@ -225,12 +274,8 @@ static void check_usage(fuzz_state *s, bool full) {
     if (bad) fprintf(stderr, "fuzz_ops: cm_manager_check: %zu: %s\n", bad, d.message);
     FUZZ_CHECK(bad == 0);
   }
-  uint64_t n = 0, bytes = 0;
-  for (int i = 0; i < MAXO; i++)
-    if (obj_live(&s->objs[i])) {
-      n++;
-      bytes += s->objs[i].size;
-    }
+  uint64_t n, bytes;
+  model_totals(s, &n, &bytes);
   cm_usage_t u;
   cm_manager_usage(s->m, &u);
   if (s->npins_outstanding || s->capturing) {
@@ -572,8 +617,69 @@ static void teardown(fuzz_state *s) {
   cm_usage_t u;
   cm_manager_usage(s->m, &u);
   FUZZ_CHECK(u.number_allocs == 0 && u.bytes_in_use == 0);
-  cm_manager_destroy(s->m);
-  s->m = NULL;
+  FUZZ_CHECK(cm_manager_mode(s->m) == s->initial_mode); /* every window closed */
+  s->m = NULL; /* kept for the next input of the same setup */
+}
+
+/* ---- persistent managers ---------------------------------------------------- */
+
+/* key: storage kind (0 sim, 1 capped sim, 2 host) x faults x alignment x
+ * persistent-memory mode */
+enum { NKEYS = 3 * 2 * 4 * 4 };
+static cm_manager_t *g_managers[NKEYS];
+static cm_alloc_mode_t g_initial_mode[NKEYS];
+static bool g_fresh, g_fresh_read;
+
+static void destroy_managers(void) {
+  for (int i = 0; i < NKEYS; i++) {
+    cm_manager_destroy(g_managers[i]);
+    g_managers[i] = NULL;
+  }
+}
+
+/* The manager of this setup, created on first use (NULL: creation failed for
+ * lack of host memory, the input is skipped). */
+static cm_manager_t *manager_for(fuzz_state *s, int kind, uint32_t align_ix,
+                                 cm_persistent_memory_t pm) {
+  if (!g_fresh_read) {
+    const char *e = getenv("CM_FUZZ_FRESH");
+    g_fresh = e && e[0] == '1';
+    g_fresh_read = true;
+    atexit(destroy_managers);
+  }
+  int key = ((kind * 2 + (s->faults ? 1 : 0)) * 4 + (int)align_ix) * 4 + (int)pm;
+  if (g_managers[key] && !g_fresh) {
+    s->initial_mode = g_initial_mode[key];
+    return g_managers[key];
+  }
+  cm_manager_destroy(g_managers[key]);
+  g_managers[key] = NULL;
+  cm_storage_t *storage = NULL;
+  int rc = s->host ? cm_storage_host_create(0, &storage)
+                   : cm_storage_sim_create(s->capped ? (64u << 20) : 0, s->capped, 0, &storage);
+  FUZZ_CHECK(rc == CM_OK);
+  if (s->faults) {
+    cm_fault_plan_t none;
+    cm_fault_plan_init(&none); /* the input's plan is set after the reset */
+    cm_storage_t *f = NULL;
+    FUZZ_CHECK(cm_storage_faulty_create(storage, &none, &f) == CM_OK);
+    storage = f;
+  }
+  cm_manager_config_t cfgm;
+  cm_manager_config_init(&cfgm);
+  cfgm.name = "fuzz";
+  cfgm.props = s->props;
+  cfgm.persistent_memory = pm;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  rc = cm_manager_create(storage, &cfgm, &g_managers[key], &d);
+  if (rc != CM_OK) {
+    FUZZ_CHECK(rc == CM_ENOMEM);
+    cm_storage_destroy(storage);
+    return NULL;
+  }
+  g_initial_mode[key] = s->initial_mode = cm_manager_mode(g_managers[key]);
+  return g_managers[key];
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -589,43 +695,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->host = (cfg & 3) == 3;
   s->capped = (cfg & 3) == 1;
   s->faults = cfg & 4;
-  cm_storage_t *storage = NULL;
-  int rc = s->host ? cm_storage_host_create(0, &storage)
-                   : cm_storage_sim_create(s->capped ? (64u << 20) : 0, s->capped, 0, &storage);
-  FUZZ_CHECK(rc == CM_OK);
+  cm_fault_plan_t plan;
+  cm_fault_plan_init(&plan);
   if (s->faults) {
-    cm_fault_plan_t plan;
-    cm_fault_plan_init(&plan);
     plan.mode = CM_FAULT_RANDOM;
     plan.ppm = (uint32_t)take(s) * 1000u;
     plan.seed = take(s);
     plan.error = (cfg & 8) ? CM_ESTORAGE : CM_EOOM;
-    cm_storage_t *f = NULL;
-    FUZZ_CHECK(cm_storage_faulty_create(storage, &plan, &f) == CM_OK);
-    storage = f;
   }
   static const uint64_t k_align[] = {32, 256, 512, 1};
-  cm_manager_config_t cfgm;
-  cm_manager_config_init(&cfgm);
-  cfgm.name = "fuzz";
+  uint32_t align_ix = (cfg >> 4) & 3;
   s->props.max_page_size = s->host ? (8u << 20) : (128u << 20);
-  s->props.alignment = k_align[(cfg >> 4) & 3];
-  cfgm.props = s->props;
-  cfgm.preset = (cm_preset_t)((cfg2 & 3) % 3);
-  cfgm.persistent_memory = (cm_persistent_memory_t)((cfg2 >> 2) & 3);
+  s->props.alignment = k_align[align_ix];
+  cm_preset_t preset = (cm_preset_t)((cfg2 & 3) % 3);
+  cm_persistent_memory_t pm = (cm_persistent_memory_t)((cfg2 >> 2) & 3);
+  s->m = manager_for(s, s->host ? 2 : s->capped ? 1 : 0, align_ix, pm);
+  if (!s->m) return 0;
+
+  /* reset: the input's layout (every dynamic pool rebuilt; the manager is
+   * empty, so this cannot be refused), then the input's fault plan */
+  cm_pool_options_t pools[64];
+  size_t npools = 0;
+  FUZZ_CHECK(cm_pools_preset(preset, s->props, pools, 64, &npools) == CM_OK);
   cm_diag_t d;
   cm_diag_clear(&d);
-  rc = cm_manager_create(storage, &cfgm, &s->m, &d);
-  if (rc != CM_OK) {
-    FUZZ_CHECK(rc == CM_ENOMEM);
-    cm_storage_destroy(storage);
-    return 0;
-  }
+  int rc = cm_manager_install_pools(s->m, pools, npools, &d);
+  if (rc != CM_OK) fprintf(stderr, "fuzz_ops: reset: %s\n", d.message);
+  FUZZ_CHECK(rc == CM_OK);
+  if (s->faults) FUZZ_CHECK(cm_storage_faulty_set_plan(cm_manager_storage(s->m), &plan) == CM_OK);
   while (s->p < s->end && g_opno < MAXOPS) {
     g_opno++;
     one_op(s);
-    check_usage(s, replaying || g_opno <= CHECK_ALL_OPS || g_opno % CHECK_EVERY == 0 ||
-                       s->p == s->end);
+    check_usage(s, replaying || g_opno % CHECK_EVERY == 0 || s->p == s->end);
   }
   teardown(s);
   return 0;

@@ -3,14 +3,22 @@
 #
 #   bash fuzz/run.sh            (or: make fuzz)
 #   CM_FUZZ_SECONDS=600 bash fuzz/run.sh toml     # one target, longer
+#   CM_FUZZ_RUNS=20000 CM_FUZZ_SECONDS=0 bash fuzz/run.sh ops   # fixed work only
 #
 # Builds the whole tree with clang into build-fuzz/ with
-# -fsanitize=fuzzer-no-link (coverage for the library) plus
+# -fsanitize=fuzzer-no-link (coverage for the library; the invariant
+# checkers are left out, fuzz/coverage-ignore.txt) plus
 # CM_SANITIZE=address;undefined, and the fuzz_<target> binaries with
-# -fsanitize=fuzzer. Each target runs for ${CM_FUZZ_SECONDS:-60} seconds on a
-# scratch copy of its seed corpus fuzz/corpus/<target>/ (new inputs the
-# fuzzer finds stay in build-fuzz/corpus-<target>/, not in the tree), with
-# the dictionary fuzz/<target>.dict when there is one.
+# -fsanitize=fuzzer. Each target runs in up to two phases, on a scratch copy
+# of its seed corpus fuzz/corpus/<target>/ (new inputs the fuzzer finds stay
+# in build-fuzz/corpus-<target>/, not in the tree), with the dictionary
+# fuzz/<target>.dict when there is one:
+#   runs     CM_FUZZ_RUNS executions (default 0: skipped; per target
+#            CM_FUZZ_RUNS_<TARGET>, e.g. CM_FUZZ_RUNS_OPS) from the fixed seed
+#            CM_FUZZ_SEED (default 1): the same work on every machine, so a
+#            failure found there is found again by the next run;
+#   seconds  CM_FUZZ_SECONDS (default 60; 0: skipped) of ordinary fuzzing.
+# Each phase prints its executions and executions per second.
 #
 # A crash, leak, timeout or sanitizer report makes libFuzzer write an
 # artifact (crash-*, leak-*, timeout-*, oom-*). Every such artifact is
@@ -21,16 +29,22 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SECONDS_PER=${CM_FUZZ_SECONDS:-60}
+RUNS_ALL=${CM_FUZZ_RUNS:-0}
+SEED=${CM_FUZZ_SEED:-1}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 BUILD=${CM_FUZZ_BUILD:-build-fuzz}
 CC_FUZZ=${CM_FUZZ_CC:-clang}
 
+# The ignore list is no build dependency: its checksum in the flags makes a
+# changed list rebuild everything.
+IGNORE=$ROOT/fuzz/coverage-ignore.txt
+IGNORE_SUM=$(cksum <"$IGNORE" | awk '{print $1}')
 # -Wno-unknown-warning-option: the shared warning list may carry gcc-only
 # flags that clang would otherwise turn into -Werror failures.
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$CC_FUZZ" -DCM_FUZZ=ON -DCM_BUILD_TESTS=OFF \
   -DCM_SANITIZE="address;undefined" \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link -Wno-unknown-warning-option" >/dev/null
+  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link -fsanitize-coverage-ignorelist=$IGNORE -DCM_FUZZ_IGNORE_SUM=$IGNORE_SUM -Wno-unknown-warning-option" >/dev/null
 cmake --build "$BUILD" -j "$JOBS"
 
 TARGETS=("$@")
@@ -61,17 +75,52 @@ for t in "${TARGETS[@]}"; do
     trace) max_len=8192 ;;
     *) max_len=4096 ;;
   esac
-  echo "=== fuzz_$t: ${SECONDS_PER}s, seeds $(ls "$seeds" | wc -l)"
-  log="$BUILD/fuzz-$t.log"
-  set +e
-  "$bin" "$work" "$seeds" "${dict[@]}" -max_total_time="$SECONDS_PER" -max_len="$max_len" \
-    -timeout=30 -report_slow_units=30 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/" >"$log" 2>&1
-  rc=$?
-  set -e
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
-  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -n1 | awk '{print $2}')
-  echo "fuzz_$t: exit $rc, executions ${execs:-?}, coverage ${cov:-?} edges"
-  tail -n 5 "$log"
+  extra=()
+  # ops keeps one manager per setup for the whole process: memory it holds
+  # between inputs would make libFuzzer rerun every such input to look for a
+  # leak. Leaks are still reported, by LeakSanitizer at exit (the target
+  # destroys its managers there) and by the replay ctest.
+  [[ $t == ops ]] && extra=(-detect_leaks=0)
+  tvar=CM_FUZZ_RUNS_$(tr '[:lower:]' '[:upper:]' <<<"$t")
+  runs=${!tvar:-$RUNS_ALL}
+  rc=0
+  for phase in runs seconds; do
+    if [[ $phase == runs ]]; then
+      ((runs > 0)) || continue
+      limit=(-runs="$runs" -seed="$SEED")
+      what="$runs executions, seed $SEED"
+      dir="$BUILD/corpus-$t-runs" # from the seeds alone, to be reproducible
+      rm -rf "$dir"
+      mkdir -p "$dir"
+    else
+      ((SECONDS_PER > 0)) || continue
+      limit=(-max_total_time="$SECONDS_PER")
+      what="${SECONDS_PER}s"
+      dir=$work
+    fi
+    echo "=== fuzz_$t ($phase): $what, seeds $(ls "$seeds" | wc -l)"
+    log="$BUILD/fuzz-$t-$phase.log"
+    t0=$(date +%s.%N)
+    set +e
+    "$bin" "$dir" "$seeds" "${dict[@]}" "${extra[@]}" "${limit[@]}" -max_len="$max_len" \
+      -timeout=30 -report_slow_units=30 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$art/" >"$log" 2>&1
+    prc=$?
+    set -e
+    t1=$(date +%s.%N)
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
+    cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -n1 | awk '{print $2}')
+    rate=$(awk -v n="${execs:-0}" -v a="$t0" -v b="$t1" 'BEGIN { d = b - a; printf "%.0f", (d > 0 ? n / d : 0) }')
+    echo "fuzz_$t ($phase): exit $prc, executions ${execs:-?} in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')s ($rate/s), coverage ${cov:-?} edges"
+    tail -n 5 "$log"
+    REPORT+=("fuzz_$t ($phase): executions ${execs:-?}, $rate/s, exit $prc")
+    if [[ $prc -ne 0 ]]; then
+      rc=$prc
+      echo "fuzz_$t ($phase) FAILED; full log: $log"
+      grep -E 'ERROR|SUMMARY|runtime error|check failed' "$log" | head -n 20 || true
+      break
+    fi
+  done
   found=0
   for a in "$art"/*; do
     [[ -f "$a" ]] || continue
@@ -82,11 +131,9 @@ for t in "${TARGETS[@]}"; do
   done
   if [[ $rc -ne 0 || $found -ne 0 ]]; then
     status=1
-    echo "fuzz_$t FAILED; full log: $log"
-    grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -n 20 || true
+    echo "fuzz_$t FAILED"
   fi
-  REPORT+=("fuzz_$t: executions ${execs:-?} in ${SECONDS_PER}s, exit $rc")
 done
 echo "=== fuzz summary"
-printf '  %s\n' "${REPORT[@]}"
+((${#REPORT[@]})) && printf '  %s\n' "${REPORT[@]}"
 exit $status

@@ -73,6 +73,29 @@ CM_API cm_binding_t cm_binding_clone(cm_binding_t b);
 CM_API void cm_binding_release(cm_binding_t b);
 CM_API uint64_t cm_binding_id(cm_binding_t b);
 
+/* ---- misuse detection ------------------------------------------------------ */
+
+/* Releasing a handle or binding more often than it was obtained is outside
+ * the contract. The release that finds its slice's descriptor without any
+ * reference left (the usual double release: the slice's last reference
+ * released twice) is detected at every level, at no cost to ordinary
+ * releases: it is ignored (so the counts do not wrap around and the slice is
+ * not leaked), counted process-wide and on the owning manager, and
+ * cm_manager_check reports it as a violation ("double release"). Not
+ * detectable: a second release while other references to the same slice
+ * remain (it drops one of theirs; cm_manager_check sees a handle count that
+ * wrapped around), or one after the slice was handed out again.
+ *
+ * The debug level adds reports at the moment of the misuse: 0 (default)
+ * none; 1 a warning through the owning manager's logger (stderr when it has
+ * none); 2 the same, then abort(). It starts as the environment variable
+ * CM_DEBUG (read once, on first use), and cm_debug_set_level overrides it.
+ * All three functions are thread-safe. */
+CM_API int cm_debug_level(void);
+CM_API void cm_debug_set_level(int level);
+/* Double releases detected so far in the process. */
+CM_API uint64_t cm_debug_double_releases(void);
+
 /* ---- device properties and pool layouts ------------------------------------ */
 
 typedef struct cm_device_props {

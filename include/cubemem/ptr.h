@@ -99,10 +99,15 @@ CM_API void cm_ptr_allocator_destroy(cm_ptr_allocator_t *a);
  * On error *out is NULL. Thread-safe. */
 CM_API CM_NODISCARD int cm_ptr_alloc(cm_ptr_allocator_t *a, uint64_t size, void *stream,
                                      void **out, cm_diag_t *diag);
-/* Free a pointer from cm_ptr_alloc. `stream` should be the allocation's
- * stream (it is looked up there first, then on every stream). NULL: no-op.
- * Errors: CM_ENOTFOUND (unknown pointer or double free; nothing changes),
- * CM_EINVAL (NULL allocator). Thread-safe. */
+/* Free a pointer from cm_ptr_alloc. A pointer is identified by its stream
+ * and its address (addresses of different streams may coincide, see
+ * cm_ptr_sim_factory): when `stream` is a stream the allocator has set up,
+ * the pointer must have been allocated on it; when `stream` is unknown to the
+ * allocator, the pointer is looked up on every stream and freed only if
+ * exactly one stream holds that address. NULL ptr: no-op.
+ * Errors: CM_ENOTFOUND (unknown pointer, double free, a pointer of another
+ * known stream, or an address held by several streams with an unknown
+ * `stream`; nothing changes), CM_EINVAL (NULL allocator). Thread-safe. */
 CM_API int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream);
 /* Note that `ptr` (live) is also used by work on `stream`, as PyTorch's
  * Tensor.record_stream does: when ptr is freed, an event is recorded on
@@ -116,7 +121,9 @@ CM_API CM_NODISCARD int cm_ptr_record_stream(cm_ptr_allocator_t *a, void *ptr, v
  * the stream_identity hook cannot be used): as described under
  * cm_ptr_config_t.stream_identity. Unknown stream: no-op. Thread-safe. */
 CM_API void cm_ptr_retire_stream(cm_ptr_allocator_t *a, void *stream);
-/* Requested size of a live pointer. Errors: CM_ENOTFOUND, CM_EINVAL. */
+/* Requested size of a live pointer, looked up on every stream. Errors:
+ * CM_ENOTFOUND (unknown, or the address is live on several streams),
+ * CM_EINVAL. Thread-safe. */
 CM_API CM_NODISCARD int cm_ptr_size(cm_ptr_allocator_t *a, void *ptr, uint64_t *out);
 
 typedef struct cm_ptr_usage {
@@ -145,7 +152,7 @@ CM_API size_t cm_ptr_report(cm_ptr_allocator_t *a, char *buf, size_t cap);
 /* Built-in factory over the simulated device (cm_storage_sim_create): `arg`
  * is a cm_ptr_sim_t (or NULL for unlimited capacity, 2 MiB granule). Each
  * stream gets its own simulated device, so fake addresses of different
- * streams may coincide (frees are looked up on their own stream first). */
+ * streams coincide: free such pointers with their own stream (cm_ptr_free). */
 typedef struct cm_ptr_sim {
   uint64_t capacity;       /* 0 = unlimited */
   bool fail_over_capacity; /* fail with CM_EOOM past the capacity */

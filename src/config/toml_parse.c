@@ -723,26 +723,34 @@ static int parse_scalar_token(parser_t *p, cm_toml_value_t **out) {
   while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
   const char *t = p->s + start;
   size_t len = p->i - start;
-  char dbuf[64];
+  char dbuf[64], *joined = NULL;
   bool date_like = len >= 5 && t[4] == '-' && t[0] >= '0' && t[0] <= '9' && t[1] >= '0' &&
                    t[1] <= '9' && t[2] >= '0' && t[2] <= '9' && t[3] >= '0' && t[3] <= '9';
   if (date_like && len == 10 && peek(p) == ' ' && at(p, 1) >= '0' && at(p, 1) <= '9') {
-    /* "YYYY-MM-DD HH:MM:SS..." - a space may separate date and time */
+    /* "YYYY-MM-DD HH:MM:SS..." - a space may separate date and time. The
+     * time part has no length limit (extra fraction digits are truncated),
+     * so a long one is joined on the heap. */
     size_t s2 = ++p->i;
     while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
     size_t l2 = p->i - s2;
-    if (l2 > sizeof dbuf - 12) return perr(p, start, "invalid date-time");
-    memcpy(dbuf, t, 10);
-    dbuf[10] = 'T';
-    memcpy(dbuf + 11, p->s + s2, l2);
-    t = dbuf;
+    char *buf = dbuf;
+    if (l2 > sizeof dbuf - 11) {
+      buf = joined = malloc(11 + l2);
+      if (!joined) return CM_ENOMEM;
+    }
+    memcpy(buf, t, 10);
+    buf[10] = 'T';
+    memcpy(buf + 11, p->s + s2, l2);
+    t = buf;
     len = 11 + l2;
   }
   if (date_like || (len >= 3 && t[2] == ':')) {
     cm_toml_datetime_t dt;
-    if (!parse_datetime(t, len, &dt)) {
-      return perr(p, start, "invalid date/time '%.*s'", (int)(len > 64 ? 64 : len), t);
-    }
+    bool ok = parse_datetime(t, len, &dt);
+    int rc = ok ? CM_OK
+                : perr(p, start, "invalid date/time '%.*s'", (int)(len > 64 ? 64 : len), t);
+    free(joined);
+    if (rc != CM_OK) return rc;
     cm_toml_value_t *v = cm__toml_new(dt.type);
     if (!v) return CM_ENOMEM;
     v->u.dt = dt;
@@ -960,7 +968,7 @@ static const char *kind_text(const cm_toml_value_t *v) {
   switch (v->u.tab.kind) {
     case CM_TOML_TABLE_INLINE: return "an inline table";
     case CM_TOML_TABLE_EXPLICIT: return "a table defined by a [header]";
-    case CM_TOML_TABLE_IMPLICIT: return "a table defined by a [header]";
+    case CM_TOML_TABLE_IMPLICIT: return "a table created implicitly by a [header] of a sub-table";
     case CM_TOML_TABLE_DOTTED: return "a table defined by dotted keys";
     default: return "a table";
   }
@@ -998,6 +1006,14 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
     if (!child) {
       rc = new_table(p, sg, t, CM_TOML_TABLE_DOTTED, &child);
       if (rc != CM_OK) return rc;
+    } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
+      /* TOML 1.0: dotted keys define the tables before their last part only
+       * if those tables were not created before; [x.y.z] created this one */
+      return perr(p, sg->off,
+                  "cannot use dotted key to add to '%s': it is already a table, created "
+                  "implicitly by a [header] of one of its sub-tables (line %u); dotted keys "
+                  "can only extend tables that dotted keys defined; give it its own [header]",
+                  keyname(p, sg, kb, sizeof kb), (unsigned)child->line);
     } else if (child->type != CM_TOML_TABLE || child->u.tab.kind != CM_TOML_TABLE_DOTTED) {
       return perr(p, sg->off, "cannot use dotted key to add to '%s': it is already %s",
                   keyname(p, sg, kb, sizeof kb), kind_text(child));

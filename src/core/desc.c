@@ -6,11 +6,58 @@
  * thread, so reserve/release never scan slices (O(1) per release).
  * Exports: every cm_handle_* / cm_binding_* function, cm__desc_* helpers.
  */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/desc.h"
+#include "core/manager_internal.h"
 
 static _Atomic uint64_t g_next_desc_id = 1; /* ids only: never reused state */
+static _Atomic uint64_t g_dead_releases;    /* double releases, process-wide */
+static _Atomic int g_debug_level = -1;      /* -1: CM_DEBUG not read yet */
+
+int cm_debug_level(void) {
+  int lvl = atomic_load_explicit(&g_debug_level, memory_order_relaxed);
+  if (lvl >= 0) return lvl;
+  const char *env = getenv("CM_DEBUG");
+  lvl = env && env[0] >= '0' && env[0] <= '9' ? atoi(env) : 0;
+  int unread = -1; /* a concurrent cm_debug_set_level wins */
+  atomic_compare_exchange_strong(&g_debug_level, &unread, lvl);
+  return atomic_load_explicit(&g_debug_level, memory_order_relaxed);
+}
+
+void cm_debug_set_level(int level) {
+  atomic_store_explicit(&g_debug_level, level < 0 ? 0 : level, memory_order_relaxed);
+}
+
+uint64_t cm_debug_double_releases(void) {
+  return atomic_load_explicit(&g_dead_releases, memory_order_relaxed);
+}
+
+/* A release found rc == 0 after its decrement wrapped the count (`old` is
+ * the state before it): undo it, count it, report it at a debug level. */
+static void dead_release(cm_desc_t *d, uint64_t old, bool handle) {
+  atomic_fetch_add_explicit(&d->state, CM__RC_ONE, memory_order_acq_rel);
+  if (handle) atomic_fetch_add_explicit(&d->hc, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g_dead_releases, 1, memory_order_relaxed);
+  cm__inbox *in = (old & CM__OWNED) ? atomic_load_explicit(&d->inbox, memory_order_acquire) : NULL;
+  if (in) atomic_fetch_add_explicit(&in->dead_releases, 1, memory_order_relaxed);
+  int lvl = cm_debug_level();
+  if (lvl <= 0) return;
+  struct cm_manager *m =
+      in ? (struct cm_manager *)(void *)((char *)in - offsetof(struct cm_manager, inbox)) : NULL;
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "cubemem: double release: %s of descriptor %" PRIu64
+           " released after its last reference was gone%s%s%s; the release was ignored",
+           handle ? "a handle" : "a binding", d->id, m ? " (manager '" : "", m ? m->name : "",
+           m ? "')" : "");
+  if (m && m->logger) cm_logger_warn(m->logger, msg);
+  else fprintf(stderr, "%s\n", msg); /* asked for by the debug level */
+  if (lvl >= 2) abort();
+}
 
 static cm_desc_t *desc_alloc(void) {
   cm_desc_t *d = calloc(1, sizeof *d);
@@ -57,9 +104,13 @@ static void push_inbox(cm_desc_t *d) {
  * zero on an owned descriptor this thread alone may queue it (the manager
  * takes a slice again only after draining it), so QUEUED is set with a
  * fetch_or and the descriptor pushed unless it already was queued. */
-static void desc_unref(cm_desc_t *d) {
+static inline void desc_unref(cm_desc_t *d, bool handle) {
   uint64_t old = atomic_fetch_sub_explicit(&d->state, CM__RC_ONE, memory_order_acq_rel);
   if (old >= 2 * CM__RC_ONE) return;                 /* other references remain */
+  if (old < CM__RC_ONE) {                             /* none was left: misuse */
+    dead_release(d, old, handle);
+    return;
+  }
   if (old == CM__RC_ONE) {                            /* unowned, unqueued: last one */
     free(d);
     return;
@@ -92,7 +143,7 @@ cm_handle_t cm_handle_clone(cm_handle_t h) {
 void cm_handle_release(cm_handle_t h) {
   if (!h.d) return;
   atomic_fetch_sub_explicit(&h.d->hc, 1, memory_order_relaxed);
-  desc_unref(h.d);
+  desc_unref(h.d, true);
 }
 
 bool cm_handle_can_mut(cm_handle_t h) {
@@ -118,7 +169,7 @@ cm_binding_t cm_binding_clone(cm_binding_t b) {
 }
 
 void cm_binding_release(cm_binding_t b) {
-  if (b.d) desc_unref(b.d);
+  if (b.d) desc_unref(b.d, false);
 }
 
 uint64_t cm_binding_id(cm_binding_t b) { return b.d ? b.d->id : 0; }

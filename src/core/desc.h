@@ -16,6 +16,13 @@
  *   detach (device thread)           : clear OWNED; state == 0 -> free
  * A descriptor is therefore freed exactly once, by whoever makes the state 0.
  * `hc` counts user handles only (can_mut iff hc <= 1).
+ * Misuse: a release that finds rc == 0 (a double release) would wrap rc
+ * around and leave the slice used forever. desc_unref sees it on its slow
+ * path (the rc >= 2 fast path is unchanged): the decrement is undone, the
+ * owner inbox's dead_releases and a process-wide counter are incremented,
+ * and, with a debug level (cm_debug_set_level / CM_DEBUG), it is logged or
+ * aborts. A release of a reference to a descriptor already freed (unowned,
+ * last reference gone) is a use-after-free that cannot be detected here.
  * Fields below `id` are touched only by the thread driving the owner manager.
  */
 #ifndef CM_CORE_DESC_H
@@ -34,6 +41,9 @@ struct cm_manager;
 
 typedef struct cm__inbox {
   _Atomic(cm_desc_t *) head; /* Treiber stack of descriptors whose rc reached 0 */
+  /* releases of a reference whose descriptor had rc 0 already (double
+   * releases), ignored and counted; cm_manager_check reports them */
+  _Atomic uint64_t dead_releases;
 } cm__inbox;
 
 struct cm_desc {

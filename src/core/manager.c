@@ -790,6 +790,22 @@ cm_storage_t *cm_manager_storage(cm_manager_t *m) { return m ? m->storage : NULL
 const char *cm_manager_name(const cm_manager_t *m) { return m ? m->name : ""; }
 uint64_t cm_manager_warnings(const cm_manager_t *m) { return m ? m->warnings : 0; }
 
+typedef struct refcheck_ctx {
+  size_t bad;
+  uint64_t first_id;
+} refcheck_ctx;
+
+/* A legitimate count never comes near these: a wrapped one is huge. */
+static void refcheck_slice(cm__slice *s, void *arg) {
+  refcheck_ctx *c = arg;
+  const cm_desc_t *d = s->desc;
+  if (!d) return;
+  if (cm__desc_rc(d) >= (1ull << 61) ||
+      atomic_load_explicit(&((cm_desc_t *)d)->hc, memory_order_relaxed) >= (1u << 31)) {
+    if (!c->bad++) c->first_id = d->id;
+  }
+}
+
 size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag) {
   if (!m) return 1;
   cm__manager_drain(m);
@@ -808,6 +824,32 @@ size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag) {
     if (diag && !diag->message[0])
       cm__diag_set(diag, CM_ECORRUPT, "M1: reserved total %" PRIu64 " != sum of pools %" PRIu64,
                    m->reserved_total, total);
+  }
+  /* M4: reference counts that wrapped around (a handle or binding released
+   * more often than obtained; see memory.h, misuse detection) */
+  refcheck_ctx rc = {0, 0};
+  for (size_t i = 0; i <= m->npools; i++) {
+    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+    p->vt->for_each(p, refcheck_slice, &rc);
+  }
+  if (rc.bad) {
+    bad += rc.bad;
+    if (diag && !diag->message[0])
+      cm__diag_set(diag, CM_ECORRUPT,
+                   "M4: %zu slice(s) with a reference count that wrapped around (slice of "
+                   "descriptor %" PRIu64 "): a handle or binding was released more often than "
+                   "it was obtained",
+                   rc.bad, rc.first_id);
+  }
+  uint64_t dead = atomic_load_explicit(&m->inbox.dead_releases, memory_order_relaxed);
+  if (dead) {
+    bad++;
+    if (diag && !diag->message[0])
+      cm__diag_set(diag, CM_ECORRUPT,
+                   "M5: %" PRIu64 " double release(s): a handle or binding of this manager was "
+                   "released after its slice had no reference left (the releases were ignored; "
+                   "set CM_DEBUG=1 to log each one as it happens, 2 to abort there)",
+                   dead);
   }
   return bad;
 }

@@ -18,8 +18,9 @@
  * each call that reached the manager, deferred storage deallocations (CUDA
  * queues them) are flushed when the storage's dealloc count moved, so
  * memory returns to the device promptly. free: look the pointer up in the
- * stream's slot, else in every slot; remove it and release the handle (the
- * manager picks the freed slice up on its next call).
+ * stream's slot (only there when the stream is known; in every slot, and
+ * only if exactly one holds it, when it is not); remove it and release the
+ * handle (the manager picks the freed slice up on its next call).
  *
  * Stream lifetime: with the stream_identity hook, a slot remembers the
  * identity its stream had when the slot was made; an allocation that finds a
@@ -477,21 +478,46 @@ int cm_ptr_alloc(cm_ptr_allocator_t *a, uint64_t size, void *stream, void **out,
   return rc;
 }
 
-/* Find the slot holding ptr, trying `stream` first. Caller holds the lock. */
-static stream_slot *owner_of(cm_ptr_allocator_t *a, void *ptr, void *stream) {
+/* The slot holding ptr. A pointer is identified by its stream and address:
+ * addresses of different streams may coincide (each stream has its own
+ * storage, and simulated storages all start at the same base), so when
+ * `stream` has a slot, only that slot (and the retired slots of earlier
+ * streams with the same handle) is asked - a pointer absent there was not
+ * allocated on it or was freed already (a double free must not find an
+ * equal address that another stream handed out). When `stream` has no slot (or
+ * `any_stream`), the pointer is looked up on every stream and
+ * found only if exactly one stream holds that address. Caller holds the lock. */
+static stream_slot *owner_of(cm_ptr_allocator_t *a, void *ptr, void *stream, bool any_stream) {
   uint64_t key = (uint64_t)(uintptr_t)ptr;
-  stream_slot *s = find_slot(a, stream);
-  if (s && cm__u64map_get(&s->ptrs, key)) return s;
-  for (size_t i = 0; i < a->nslots; i++)
-    if (cm__u64map_get(&a->slots[i].ptrs, key)) return &a->slots[i];
-  return NULL;
+  stream_slot *s = any_stream ? NULL : find_slot(a, stream);
+  if (s) {
+    if (cm__u64map_get(&s->ptrs, key)) return s;
+    /* an earlier stream that had the same handle (retired, see
+     * stream_identity) may hold it: only those are asked, and only an
+     * unambiguous match counts */
+    stream_slot *found = NULL;
+    for (size_t i = 0; i < a->nslots; i++) {
+      stream_slot *r = &a->slots[i];
+      if (!r->retired || r->stream != stream || !cm__u64map_get(&r->ptrs, key)) continue;
+      if (found) return NULL;
+      found = r;
+    }
+    return found;
+  }
+  stream_slot *found = NULL;
+  for (size_t i = 0; i < a->nslots; i++) {
+    if (!cm__u64map_get(&a->slots[i].ptrs, key)) continue;
+    if (found) return NULL; /* ambiguous: several streams hold this address */
+    found = &a->slots[i];
+  }
+  return found;
 }
 
 int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream) {
   if (!a) return CM_EINVAL;
   if (!ptr) return CM_OK;
   pthread_mutex_lock(&a->lock);
-  stream_slot *s = owner_of(a, ptr, stream);
+  stream_slot *s = owner_of(a, ptr, stream, false);
   if (!s) {
     pthread_mutex_unlock(&a->lock);
     return CM_ENOTFOUND;
@@ -513,7 +539,7 @@ int cm_ptr_size(cm_ptr_allocator_t *a, void *ptr, uint64_t *out) {
   if (!a || !out) return CM_EINVAL;
   pthread_mutex_lock(&a->lock);
   int rc = CM_ENOTFOUND;
-  stream_slot *s = ptr ? owner_of(a, ptr, NULL) : NULL;
+  stream_slot *s = ptr ? owner_of(a, ptr, NULL, true) : NULL;
   if (s) {
     cm_handle_t h = {.d = cm__u64map_get(&s->ptrs, (uint64_t)(uintptr_t)ptr)};
     cm_binding_t b = cm_handle_binding(h);

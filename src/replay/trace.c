@@ -129,8 +129,11 @@ static bool parse_ptr(field_t f, uint64_t *out) {
   return true;
 }
 
-/* "HH:MM:SS.ffffff" (any number of hour digits, fraction optional) or plain
- * seconds "SSS.ffffff" -> microseconds. An empty field is time 0. */
+/* "HH:MM:SS.ffffff" (up to 12 hour digits, fraction optional; digits past
+ * the sixth are dropped), "MM:SS.ffffff" or plain seconds "SSS.ffffff" ->
+ * microseconds. An empty field is time 0. False (a bad time) on any other
+ * form, minutes or seconds of 60 or more, or a value whose microseconds
+ * exceed 64 bits. */
 static bool parse_time(field_t f, uint64_t *out_us) {
   if (f.n == 0) {
     *out_us = 0;
@@ -166,16 +169,20 @@ static bool parse_time(field_t f, uint64_t *out_us) {
     while (digits < 6) frac *= 10, digits++;
   }
   if (i != f.n) return false;
-  uint64_t secs;
-  if (np == 1) secs = parts[0];
-  else if (np == 2) {
-    if (parts[1] >= 60) return false;
-    secs = parts[0] * 60 + parts[1];
-  } else {
-    if (parts[1] >= 60 || parts[2] >= 60) return false;
-    secs = (parts[0] * 60 + parts[1]) * 60 + parts[2];
+  /* Every step is checked: a time whose microseconds do not fit in 64 bits is
+   * a bad time, not a wrapped number. */
+  uint64_t secs = parts[0], us;
+  if (np >= 2) {
+    if (parts[np - 1] >= 60 || (np == 3 && parts[1] >= 60)) return false;
+    if (__builtin_mul_overflow(secs, 60u, &secs) || __builtin_add_overflow(secs, parts[1], &secs))
+      return false;
   }
-  *out_us = secs * 1000000u + frac;
+  if (np == 3 &&
+      (__builtin_mul_overflow(secs, 60u, &secs) || __builtin_add_overflow(secs, parts[2], &secs)))
+    return false;
+  if (__builtin_mul_overflow(secs, 1000000u, &us) || __builtin_add_overflow(us, frac, &us))
+    return false;
+  *out_us = us;
   return true;
 }
 

@@ -540,17 +540,28 @@ int cm_device_install_pools(cm_device_t *dev, uint64_t stream, const cm_pool_opt
     free(res);
     return rc;
   }
+  /* The device keeps its own copy for streams created later; `res` stays
+   * private to this call. (Sharing one array let a concurrent install on
+   * another stream free it while this call still read it.) */
+  cm_pool_options_t *keep = malloc(n * sizeof *keep);
+  if (!keep) {
+    free(res);
+    return cm__diag_set(diag, CM_ENOMEM, "out of memory");
+  }
+  memcpy(keep, res, n * sizeof *keep);
   pthread_mutex_lock(&dev->lock);
   free(dev->installed);
-  dev->installed = res;
+  dev->installed = keep;
   dev->ninstalled = n;
   pthread_mutex_unlock(&dev->lock);
 
   stream_t *s;
   bool created;
   rc = get_stream(dev, stream, true, &s, &created, diag);
-  if (rc) return rc;
-  if (created) return CM_OK; /* built with the new layout already */
+  if (rc || created) { /* created: built with the installed layout already */
+    free(res);
+    return rc;
+  }
   pthread_mutex_lock(&s->lock);
   poll_locked(s);
   if (s->nerrors) {
@@ -562,6 +573,7 @@ int cm_device_install_pools(cm_device_t *dev, uint64_t stream, const cm_pool_opt
     rc = cm_manager_install_pools(s->main, res, n, diag);
   }
   unlock_stream(s);
+  free(res);
   return rc;
 }
 

@@ -318,10 +318,67 @@ static void test_threads(void) {
   cm_ptr_allocator_destroy(a);
 }
 
+/* Regression: a pointer is identified by stream and address. Every simulated
+ * stream hands out the same first address, so a double free (or a free of a
+ * pointer of another known stream) used to find the equal address of another
+ * stream and free that live pointer instead of failing. */
+static void test_double_and_foreign_frees(void) {
+  cm_ptr_allocator_t *a = make(NULL);
+  ASSERT(a != NULL);
+  void *s1 = (void *)0x1111, *s2 = (void *)0x2222, *unknown = (void *)0x4444;
+  void *p1 = NULL, *p2 = NULL, *q1 = NULL;
+  ASSERT_OK(cm_ptr_alloc(a, 4096, s1, &p1, NULL));
+  ASSERT_OK(cm_ptr_alloc(a, 4096, s2, &p2, NULL));
+  ASSERT(p1 == p2); /* the precondition of the bug */
+  ASSERT_OK(cm_ptr_alloc(a, 8192, s1, &q1, NULL)); /* an address only s1 holds */
+  cm_ptr_usage_t u0, u;
+  ASSERT_OK(cm_ptr_usage(a, &u0));
+  EXPECT_EQ(u0.live_pointers, 3);
+
+  /* an address held by two streams, freed with an unknown stream: ambiguous */
+  EXPECT_STATUS(cm_ptr_free(a, p1, unknown), CM_ENOTFOUND);
+  uint64_t sz = 0;
+  EXPECT_STATUS(cm_ptr_size(a, p1, &sz), CM_ENOTFOUND); /* ambiguous as well */
+  /* s1's pointer freed on s2's known stream: refused, s2's equal address kept */
+  EXPECT_STATUS(cm_ptr_free(a, q1, s2), CM_ENOTFOUND);
+  ASSERT_OK(cm_ptr_usage(a, &u));
+  EXPECT_EQ(u.live_pointers, 3);
+  EXPECT_EQ(u.total.bytes_in_use, u0.total.bytes_in_use);
+
+  /* double free on s1 */
+  EXPECT_OK(cm_ptr_free(a, p1, s1));
+  EXPECT_STATUS(cm_ptr_free(a, p1, s1), CM_ENOTFOUND);
+  EXPECT_STATUS(cm_ptr_free(a, p1, s1), CM_ENOTFOUND);
+  ASSERT_OK(cm_ptr_usage(a, &u));
+  EXPECT_EQ(u.live_pointers, 2); /* s2's pointer at the same address is alive */
+  EXPECT_EQ(u.frees, 1);
+  EXPECT_OK(cm_ptr_size(a, p2, &sz)); /* unique again */
+  EXPECT_EQ(sz, 4096);
+
+  /* foreign pointers: never allocated, interior, NULL stream never used */
+  EXPECT_STATUS(cm_ptr_free(a, (void *)0xdeadbeef, s2), CM_ENOTFOUND);
+  EXPECT_STATUS(cm_ptr_free(a, (char *)p2 + 512, s2), CM_ENOTFOUND);
+  EXPECT_STATUS(cm_ptr_free(a, (void *)0x7000, NULL), CM_ENOTFOUND);
+  ASSERT_OK(cm_ptr_usage(a, &u));
+  EXPECT_EQ(u.live_pointers, 2);
+
+  /* an unknown stream still frees an address only one stream holds */
+  EXPECT_OK(cm_ptr_free(a, q1, unknown));
+  EXPECT_STATUS(cm_ptr_free(a, q1, s1), CM_ENOTFOUND);
+  EXPECT_OK(cm_ptr_free(a, p2, s2));
+  EXPECT_STATUS(cm_ptr_free(a, p2, s2), CM_ENOTFOUND);
+  ASSERT_OK(cm_ptr_usage(a, &u));
+  EXPECT_EQ(u.live_pointers, 0);
+  EXPECT_EQ(u.total.bytes_in_use, 0);
+  EXPECT_EQ(u.frees, 3);
+  cm_ptr_allocator_destroy(a);
+}
+
 int main(void) {
   CM_RUN(test_u64map);
   CM_RUN(test_basic);
   CM_RUN(test_streams);
+  CM_RUN(test_double_and_foreign_frees);
   CM_RUN(test_errors);
   CM_RUN(test_factory_failure);
   CM_RUN(test_host_memory_is_usable);

@@ -137,6 +137,12 @@ static void parse_errors(void) {
       {"1,0,allocate,0xZZ,8,0x0\n", 1, "bad pointer '0xZZ'"},
       {"1,0,allocate,0x11112222333344445,8,0x0\n", 1, "bad pointer"},
       {"1,00:61:00,allocate,0x1,8,0x0\n", 1, "bad time '00:61:00'"},
+      /* times whose microseconds exceed 64 bits used to wrap around */
+      {"1,0,allocate,0x1,8,0x0\n1,999999999999:59:59,free,0x1,8,0x0\n", 2,
+       "bad time '999999999999:59:59'"},
+      {"1,999999999999:00,allocate,0x1,8,0x0\n", 1, "bad time '999999999999:00'"},
+      {"1,5124095576:01:49.551616,allocate,0x1,8,0x0\n", 1, "bad time"},
+      {"1,5124095576:01:50,allocate,0x1,8,0x0\n", 1, "bad time"},
       {"1,0,allocate,0x1\n", 1, "expected 6 fields, got 4"},
       {"Thread,Time,Action,Pointer,Size,Stream\n\n1,0,allocate,0x1,8\n", 3, "expected 6 fields, got 5"},
       {"Thread,Time,Action,Pointer\n", 1, "no 'Size' column"},
@@ -161,6 +167,22 @@ static void parse_errors(void) {
     }
     cm_trace_free(t);
   }
+}
+
+/* The largest time that fits: UINT64_MAX microseconds, and the longest plain
+ * seconds; one microsecond more is a bad time (parse_errors). */
+static void time_limits(void) {
+  int rc;
+  cm_diag_t d;
+  cm_trace_t *t = parse_str("1,5124095576:01:49.551615,allocate,0x1,8,0x0\n"
+                            "1,999999999999.9999999,free,0x1,8,0x0\n",
+                            false, &rc, &d);
+  ASSERT_OK(rc);
+  ASSERT(t != NULL);
+  ASSERT_EQ(t->count, 2);
+  EXPECT_EQ(t->events[0].time_us, UINT64_MAX);
+  EXPECT_EQ(t->events[1].time_us, 999999999999999999ull); /* 7th digit dropped */
+  cm_trace_free(t);
 }
 
 static uint64_t rng_state = 0x123456789abcdefull;
@@ -532,6 +554,7 @@ int main(void) {
   CM_RUN(parse_variants);
   CM_RUN(parse_anomalies);
   CM_RUN(parse_errors);
+  CM_RUN(time_limits);
   CM_RUN(parse_fuzz);
   CM_RUN(load_errors);
   CM_RUN(shared_traces_peak_live);

@@ -270,6 +270,53 @@ static void test_datetimes(void) {
   parse_bad("a = 1979-5-27");
 }
 
+/* Regression: the space-separated form of a date-time was copied into a
+ * 64-byte buffer and rejected once its time part was longer; the T form was
+ * accepted. Both must accept any fraction length and truncate it to ns. */
+static void test_long_fraction_with_space(void) {
+  char src[1024], want[1024];
+  for (size_t digits = 1; digits <= 600; digits += 13) {
+    for (int sep = 0; sep < 2; sep++) {
+      for (int off = 0; off < 3; off++) {
+        static const char *const offs[3] = {"", "Z", "-07:00"};
+        char frac[700];
+        for (size_t i = 0; i < digits; i++) frac[i] = (char)('1' + i % 9);
+        frac[digits] = 0;
+        snprintf(src, sizeof src, "x = 1979-05-27%c07:32:00.%s%s\n", sep ? ' ' : 'T', frac,
+                 offs[off]);
+        size_t keep = digits > 9 ? 9 : digits;
+        snprintf(want, sizeof want,
+                 "{\"x\":{\"type\":\"%s\",\"value\":\"1979-05-27T07:32:00.%.*s%s\"}}",
+                 off ? "datetime" : "datetime-local", (int)keep, frac,
+                 off == 1 ? "Z" : offs[off]);
+        json_is(src, want);
+      }
+    }
+  }
+  parse_bad("x = 1979-05-27 07:32:00.");
+  parse_bad("x = 1979-05-27 07:32:00.123456789012345678901234567890123456789012345678901x");
+}
+
+/* Regression: a dotted key adding to a table created implicitly by a header
+ * was refused (correctly: TOML 1.0 lets dotted keys define only tables not
+ * created before, see toml-test append-with-dotted-keys) with a message
+ * saying the table was "defined by a [header]", which it was not. */
+static void test_dotted_key_into_implicit_table(void) {
+  cm_diag_t d = parse_bad("[a.b.c]\n[a]\nb.d = 1\n");
+  CHECK(d.line == 3);
+  CHECK(strstr(d.message, "cannot use dotted key to add to 'b'") != NULL);
+  CHECK(strstr(d.message, "created implicitly by a [header] of one of its sub-tables (line 1)"));
+  CHECK(strstr(d.message, "defined by a [header]") == NULL);
+  if (!strstr(d.message, "created implicitly")) fprintf(stderr, "message: %s\n", d.message);
+  d = parse_bad("[a.b.c]\n[a.b.c.d]\n[a]\nb.c.e = 1\n"); /* c is explicit */
+  CHECK(strstr(d.message, "cannot use dotted key to add to 'b'") != NULL);
+  d = parse_bad("[a.b.c]\n[a.b]\n[a]\nb.x = 1\n"); /* b explicit */
+  CHECK(strstr(d.message, "it is already a table defined by a [header]") != NULL);
+  /* the header form is the way to add to it */
+  json_is("[a.b.c]\n[a.b]\nd = 1\n",
+          "{\"a\":{\"b\":{\"c\":{},\"d\":{\"type\":\"integer\",\"value\":\"1\"}}}}");
+}
+
 static void test_json_output(void) {
   json_is("", "{}");
   json_is("a = 42\nb = 0x0\n",
@@ -486,6 +533,8 @@ int main(void) {
   test_tables_and_order();
   test_big_table_lookup();
   test_datetimes();
+  test_long_fraction_with_space();
+  test_dotted_key_into_implicit_table();
   test_json_output();
   test_errors();
   test_valid_rules();
