@@ -75,6 +75,7 @@ typedef struct region {
                    * allocated by the first dry run that maps in the region */
   uint32_t *cnt;
   uint32_t *trimmed; /* per granule: reservation count (low bits) when trimmed, 0 = never */
+  uint64_t cnt_top;  /* 1 + the highest granule whose count was ever raised (the checker's bound) */
   uint32_t *ostart;  /* per mapped granule: the first granule of its object */
   uint32_t *olen;    /* per object start: its length in granules (0 elsewhere) */
 } region;
@@ -253,6 +254,7 @@ static inline void bit_clr(uint64_t *bm, uint64_t i) { bm[i / 64] &= ~(1ull << (
 /* Block [off, off+len) of r becomes used. */
 static inline __attribute__((always_inline)) void used_add(arena *a, region *r, uint64_t off, uint64_t len) {
   uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  if (__builtin_expect(g1 >= r->cnt_top, 0)) r->cnt_top = g1 + 1;
   if (__builtin_expect(g0 == g1, 1)) {
     if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
       bit_clr(r->fm, g0);
