@@ -287,6 +287,12 @@ typedef struct cm_pool_report {
   uint64_t pages_unmapped; /* lazily reserved, not materialised */
   uint64_t largest_alloc;  /* largest requested size served */
   uint64_t bytes_reserved_peak; /* high-water mark of usage.bytes_reserved */
+  /* Of the reserved bytes not in use: those in wholly free units the pool
+   * could give back (free mapped granules, idle segments), "cached"; the rest
+   * are holes in partly used units. Valid when has_cached (the arena; other
+   * kinds do not keep the figure). */
+  uint64_t bytes_cached;
+  bool has_cached;
 } cm_pool_report_t;
 
 CM_API void cm_manager_usage(cm_manager_t *m, cm_usage_t *out);

@@ -782,6 +782,10 @@ int cm_manager_pool_report(cm_manager_t *m, size_t index, cm_pool_report_t *out)
   out->pages_unmapped = p->pages_unmapped;
   out->largest_alloc = p->largest_alloc;
   out->bytes_reserved_peak = p->reserved_peak;
+  if (p->vt->cached) {
+    out->bytes_cached = p->vt->cached(p);
+    out->has_cached = true;
+  }
   return CM_OK;
 }
 

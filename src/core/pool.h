@@ -68,6 +68,9 @@ typedef struct cm__pool_vt {
   size_t (*check)(cm__pool *p, cm_diag_t *diag);
   /* Append the pool's display (spec §5.11). Returns bytes needed. */
   size_t (*display)(cm__pool *p, char *buf, size_t cap);
+  /* Optional: reserved bytes in wholly free units (see cm_pool_report_t's
+   * bytes_cached); O(1) or O(pages). NULL: not kept. */
+  uint64_t (*cached)(const cm__pool *p);
   /* Visit every slice (used and free), e.g. for capture retention. */
   void (*for_each)(cm__pool *p, void (*fn)(cm__slice *s, void *arg), void *arg);
   /* Release every storage allocation and detach every descriptor. */

@@ -624,6 +624,16 @@ static int materialize(cm__pool *p, cm__slice *sl, cm_diag_t *diag) {
   return CM_OK;
 }
 
+/* Free mapped granules (VM), or segments with nothing in use. */
+static uint64_t cached(const cm__pool *p) {
+  const arena *a = (const arena *)p;
+  if (a->vm) return a->free_mapped << a->gshift;
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < a->nregs; i++)
+    if (a->regs[i] && !a->regs[i]->vm && region_idle(a->regs[i])) n += a->regs[i]->size;
+  return n;
+}
+
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
   (void)p;
   out->page = BLK((cm__slice *)s)->region;
@@ -691,6 +701,7 @@ static const cm__pool_vt k_arena_vt = {
     .cleanup = cleanup,
     .materialize = materialize,
     .locate = locate,
+    .cached = cached,
     .check = cm__arena_check,
     .display = cm__arena_display,
     .for_each = for_each,

@@ -16,7 +16,7 @@
  *                                                  trace-level columns
  *      "layouts":[{"label","report" (the --json object),"pools":[...],
  *                  "timeline":{"event","time_us","live","reserved",
- *                              "pools":[{"reserved","in_use","padding"}]},
+ *                              "pools":[{"reserved","in_use","padding","cached"}]},
  *                  "peak":{...},"allocations":{"pool","addr","padding"},
  *                  "pool_extent":[...]}]}]}
  * Columns are plain integer arrays (one entry per sample or per shown
@@ -212,6 +212,12 @@ static const char *kind_name(cm_pool_kind_t k) {
   return "pool";
 }
 
+/* A pool's cached bytes, or -1 when the pool does not report them. */
+static void put_cached(out_t *o, uint64_t v) {
+  if (v == UINT64_MAX) puts_(o, "-1");
+  else put_u64(o, v);
+}
+
 static void put_pool_bytes(out_t *o, const cm__rec_pool_t *p) {
   puts_(o, "{");
   put_key_u64(o, "reserved", p->reserved);
@@ -219,6 +225,8 @@ static void put_pool_bytes(out_t *o, const cm__rec_pool_t *p) {
   put_key_u64(o, "in_use", p->in_use);
   puts_(o, ",");
   put_key_u64(o, "padding", p->padding);
+  puts_(o, ",\"cached\":");
+  put_cached(o, p->cached);
   puts_(o, "}");
 }
 
@@ -303,9 +311,9 @@ static int put_layout(out_t *o, const cm_replay_html_series_t *s, const uint32_t
   puts_(o, ",\"pools\":[");
   for (size_t j = 0; j < np; j++) {
     if (j) puts_(o, ",");
-    static const char *const pk[] = {"reserved", "in_use", "padding"};
+    static const char *const pk[] = {"reserved", "in_use", "padding", "cached"};
     puts_(o, "{");
-    for (size_t k = 0; k < 3; k++) {
+    for (size_t k = 0; k < 4; k++) {
       if (k) puts_(o, ",");
       puts_(o, "\"");
       puts_(o, pk[k]);
@@ -313,7 +321,8 @@ static int put_layout(out_t *o, const cm_replay_html_series_t *s, const uint32_t
       for (size_t i = 0; i < r->sample_count; i++) {
         const cm__rec_pool_t *p = &r->sample_pools[i * np + j];
         if (i) puts_(o, ",");
-        put_u64(o, k == 0 ? p->reserved : k == 1 ? p->in_use : p->padding);
+        if (k == 3) put_cached(o, p->cached);
+        else put_u64(o, k == 0 ? p->reserved : k == 1 ? p->in_use : p->padding);
       }
       puts_(o, "]");
     }

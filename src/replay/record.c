@@ -185,7 +185,8 @@ void cm_replay_recorder_observe(void *arg, const cm_replay_step_t *st) {
     size_t idx = j + 1 == np ? CM_PERSISTENT_POOL : j;
     if (cm_manager_pool_report(m, idx, &rep) == CM_OK)
       r->now_pools[j] = (cm__rec_pool_t){rep.usage.bytes_reserved, rep.usage.bytes_in_use,
-                                         rep.usage.bytes_padding};
+                                         rep.usage.bytes_padding,
+                                         rep.has_cached ? rep.bytes_cached : UINT64_MAX};
     else
       memset(&r->now_pools[j], 0, sizeof r->now_pools[j]);
   }

@@ -13,6 +13,7 @@
 /* One pool's bytes at a moment. */
 typedef struct cm__rec_pool {
   uint64_t reserved, in_use, padding;
+  uint64_t cached; /* UINT64_MAX: the pool does not report it */
 } cm__rec_pool_t;
 
 /* One timeline sample: the maxima over a run of events ending at `event`. */

@@ -98,7 +98,7 @@
   function checkBreakdown(sec, v, ti, moment, valuesOf) {
     const cols = sec.querySelectorAll(".bd-layout");
     check(cols.length === v.drawn.length, "trace " + ti + ": one breakdown column per drawn layout (" + moment + ")", cols.length);
-    let rowsChecked = 0, bad = [];
+    let rowsChecked = 0, splitRows = 0, bad = [];
     cols.forEach(col => {
       const li = Number(col.getAttribute("data-layout"));
       const lay = v.layouts[li];
@@ -110,14 +110,25 @@
         const nums = row.querySelector(".bd-nums");
         const segs = {};
         row.querySelectorAll("[data-segment]").forEach(s => { segs[s.getAttribute("data-segment")] = Number(s.getAttribute("data-bytes")); });
+        /* the free rest: split into cached and holes when the pool reports cached bytes */
         const free = Math.max(0, want.reserved - want.in_use - want.padding);
+        const split = want.cached !== undefined && want.cached >= 0;
+        const cached = split ? Math.min(free, want.cached) : 0;
+        const wantSegs = split ? { free: 0, cached: cached, holes: free - cached } : { free: free, cached: 0, holes: 0 };
         if (Number(nums.getAttribute("data-reserved")) !== want.reserved) bad.push("layout " + li + " pool " + j + " reserved");
-        if (segs.in_use !== want.in_use || segs.padding !== want.padding || segs.free !== free) bad.push("layout " + li + " pool " + j + " segments");
+        if (segs.in_use !== want.in_use || segs.padding !== want.padding || segs.free !== wantSegs.free ||
+            segs.cached !== wantSegs.cached || segs.holes !== wantSegs.holes)
+          bad.push("layout " + li + " pool " + j + " segments");
+        if (segs.in_use + segs.padding + segs.free + segs.cached + segs.holes !== Math.max(want.reserved, want.in_use + want.padding))
+          bad.push("layout " + li + " pool " + j + " segments do not add up to what it reserved");
+        if (split) splitRows++;
         if (nums.textContent.indexOf("reserved " + bytes(want.reserved)) !== 0) bad.push("layout " + li + " pool " + j + " text '" + nums.textContent + "'");
         rowsChecked++;
       });
     });
-    check(rowsChecked > 0 && bad.length === 0, "trace " + ti + ": breakdown " + moment + " bars equal the JSON (" + rowsChecked + " pools)", bad.slice(0, 3).join("; "));
+    check(rowsChecked > 0 && bad.length === 0, "trace " + ti + ": breakdown " + moment + " bars equal the JSON (" + rowsChecked + " pools, " + splitRows + " with cached and holes apart)", bad.slice(0, 3).join("; "));
+    const arenaRows = v.layouts.filter(l => l.pools.some(p => /^arena/.test(p.options))).length;
+    if (arenaRows) check(splitRows > 0, "trace " + ti + ": the arena's free rest is split into cached and holes (" + moment + ")", splitRows);
   }
 
   function run() {
@@ -176,7 +187,8 @@
       mouse(tl, "mousedown", rect().left + px, cy);
       mouse(window, "mouseup", rect().left + px, cy);
       check(v.picked === i, "trace " + ti + ": a click picks the hovered sample", v.picked);
-      checkBreakdown(sec, v, ti, "picked", (lay, j) => ({ reserved: lay.timeline.pools[j].reserved[i], in_use: lay.timeline.pools[j].in_use[i], padding: lay.timeline.pools[j].padding[i] }));
+      checkBreakdown(sec, v, ti, "picked", (lay, j) => ({ reserved: lay.timeline.pools[j].reserved[i], in_use: lay.timeline.pools[j].in_use[i], padding: lay.timeline.pools[j].padding[i],
+                                                          cached: lay.timeline.pools[j].cached ? lay.timeline.pools[j].cached[i] : -1 }));
 
       /* drag from 25 % to 50 % of the plot: zoom to that range */
       const full = v.fullRange();
