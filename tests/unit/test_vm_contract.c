@@ -293,6 +293,35 @@ static void fit_finds_the_smallest_device(void) {
   cm_trace_free(t);
 }
 
+/* The arena reports its cached bytes: whole free granules, apart from the
+ * free parts of granules that live data uses. */
+static void arena_reports_cached_bytes(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, true, 0, &s));
+  cm_manager_t *m = default_manager(s, 80 * GiB);
+  ASSERT(m != NULL);
+  cm_handle_t a, b;
+  ASSERT_OK(cm_manager_reserve(m, 1 * MiB, &a, NULL)); /* half of granule 0 */
+  ASSERT_OK(cm_manager_reserve(m, 6 * MiB, &b, NULL)); /* the rest of granule 0 and more */
+  cm_pool_report_t r;
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT(r.has_cached);
+  uint64_t free_b = r.usage.bytes_reserved - r.usage.bytes_in_use - r.usage.bytes_padding;
+  EXPECT_LE(r.bytes_cached, free_b);
+  EXPECT_EQ(r.bytes_cached % G, 0);
+  uint64_t cached0 = r.bytes_cached;
+  cm_handle_release(b); /* its whole granules become cached; granule 0 keeps a */
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_GE(r.bytes_cached, cached0 + 2 * G);
+  EXPECT_LT(r.bytes_cached, r.usage.bytes_reserved); /* granule 0 is partly used: a hole */
+  cm_handle_release(a);
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_EQ(r.bytes_cached, r.usage.bytes_reserved); /* everything free is cached */
+  ASSERT_OK(cm_manager_pool_report(m, CM_PERSISTENT_POOL, &r));
+  EXPECT(!r.has_cached); /* not kept by the slot pools */
+  cm_manager_destroy(m);
+}
+
 int main(void) {
   CM_RUN(sim_refuses_what_the_driver_refuses);
   CM_RUN(replays_follow_the_rules);
@@ -302,5 +331,6 @@ int main(void) {
   CM_RUN(segments_fall_back_to_the_request);
   CM_RUN(dry_run_meets_the_capacity);
   CM_RUN(fit_finds_the_smallest_device);
+  CM_RUN(arena_reports_cached_bytes);
   return cm_test_finish();
 }
