@@ -461,6 +461,19 @@ static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   return &place(a, b, s)->s;
 }
 
+/* A request larger than the whole device can never be served: CM_EOOM at
+ * once, without opening a region (whose metadata is proportional to its
+ * size). Devices that do not report their memory are asked as before. */
+static int beyond_device(const arena *a, uint64_t s, cm_diag_t *diag) {
+  uint64_t free_b = 0, total = 0;
+  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0 || s <= total)
+    return CM_OK;
+  return cm__diag_set(diag, CM_EOOM,
+                      "device out of memory: %" PRIu64 " bytes requested from a device of %" PRIu64
+                      " bytes",
+                      s, total);
+}
+
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
                  cm_diag_t *diag) {
   arena *a = AR(p);
@@ -472,7 +485,8 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
       for (uint32_t i = a->nregs; i-- > 0;)
         if (a->regs[i] && region_idle(a->regs[i])) region_release(a, i);
     }
-    int rc = region_open(a, s, lazy, &b, diag);
+    int rc = beyond_device(a, s, diag); /* before any metadata is made for it */
+    if (rc == CM_OK) rc = region_open(a, s, lazy, &b, diag);
     if (rc != CM_OK) return rc;
   }
   region *r = b->rg;

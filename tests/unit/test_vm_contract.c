@@ -322,6 +322,34 @@ static void arena_reports_cached_bytes(void) {
   cm_manager_destroy(m);
 }
 
+/* A request larger than the whole device fails at once, in eager and dry
+ * runs alike, without reserving address space or making region metadata. */
+static void larger_than_the_device_fails_fast(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(80 * GiB, true, 0, &s));
+  cm_manager_t *m = default_manager(s, 80 * GiB);
+  ASSERT(m != NULL);
+  cm_handle_t h;
+  cm_diag_t d;
+  for (int dry = 0; dry < 2; dry++) {
+    if (dry) cm_manager_dry_run_begin(m);
+    for (int i = 0; i < 100; i++) {
+      cm_diag_clear(&d);
+      EXPECT_STATUS(cm_manager_reserve(m, 1ull << 40, &h, &d), CM_EOOM);
+    }
+    EXPECT_CONTAINS(d.message, "from a device of 85899345920 bytes");
+    if (dry) cm_manager_dry_run_end(m);
+  }
+  cm_storage_stats_t st;
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.reserves, 0);
+  EXPECT_EQ(st.creates, 0);
+  cm_pool_report_t r;
+  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
+  EXPECT_EQ(r.pages_peak, 0);
+  cm_manager_destroy(m);
+}
+
 int main(void) {
   CM_RUN(sim_refuses_what_the_driver_refuses);
   CM_RUN(replays_follow_the_rules);
@@ -332,5 +360,6 @@ int main(void) {
   CM_RUN(dry_run_meets_the_capacity);
   CM_RUN(fit_finds_the_smallest_device);
   CM_RUN(arena_reports_cached_bytes);
+  CM_RUN(larger_than_the_device_fails_fast);
   return cm_test_finish();
 }
