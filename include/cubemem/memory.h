@@ -47,7 +47,8 @@ typedef struct cm_binding {
 typedef struct cm_location {
   uint8_t pool;
   uint32_t page;
-  uint32_t slice;  /* slot index for direct/persistent/exclusive; 0 for sliced */
+  uint32_t slice;  /* slot index for direct, persistent and exclusive pools; 0 for
+                    * sliced and arena pools */
   uint64_t offset; /* byte offset of the slice in its page / storage range */
   bool init;
 } cm_location_t;
@@ -108,6 +109,7 @@ typedef enum cm_pool_kind {
   CM_POOL_EXCLUSIVE = 1, /* one allocation per page, reused by best fit */
   CM_POOL_DIRECT = 2,    /* one storage allocation per slice, exact-size reuse */
   CM_POOL_ARENA = 3,     /* cubemem's default: segregated good-fit arena (see docs) */
+  CM_POOL_PERSISTENT = 4, /* the persistent pool (reports only; not a dynamic pool kind) */
 } cm_pool_kind_t;
 
 /* One dynamic pool. Fields not used by a kind are ignored. "has_" flags tell

@@ -163,6 +163,10 @@ int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t pr
         }
         break;
       }
+      case CM_POOL_PERSISTENT:
+        return cm__diag_set(diag, CM_ECONFIG,
+                            "pool %zu: the persistent pool is not a dynamic pool kind (weights go "
+                            "to it through persistent windows)", i);
       default: return cm__diag_set(diag, CM_ECONFIG, "pool %zu has an unknown kind", i);
     }
     out[i] = o;
@@ -356,6 +360,7 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
           w = fmt_opt(tmp, sizeof tmp, w, "object", v);
         }
         break;
+      case CM_POOL_PERSISTENT: w = snprintf(tmp, sizeof tmp, "persistent"); break;
       default: w = snprintf(tmp, sizeof tmp, "unknown"); break;
     }
     if (o->has_max_pool_size && (o->kind == CM_POOL_SLICED || o->kind == CM_POOL_ARENA)) {

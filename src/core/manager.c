@@ -8,7 +8,8 @@
  * dynamic pools in order, first accepting pool with room wins, capped pools
  * spill to later accepting pools (one warning per pool per layout). Every
  * step is O(1) or O(log n) in live slices: pools keep free structures
- * (see pool_*.c); nothing scans.
+ * (see pool_*.c); releases reach the manager through the freed inbox, so no
+ * call walks every slice (cm_manager_check and the displays do).
  *
  * Invariants (checked by cm_manager_check):
  *  M1 reserved_total == sum of pools' usage.bytes_reserved
@@ -53,8 +54,6 @@ void cm__pool_pages_add(cm__pool *p, int64_t delta) {
   p->pages += (uint64_t)delta;
   if (p->pages > p->pages_peak) p->pages_peak = p->pages;
 }
-
-bool cm__manager_capturing(const struct cm_manager *m) { return m->capturing; }
 
 uint64_t cm__manager_lazy_id(struct cm_manager *m) { return m->lazy_next_id--; }
 
@@ -229,6 +228,7 @@ static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, 
     case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(m, o, pos, out);
     case CM_POOL_DIRECT: return cm__pool_direct_new(m, o, pos, out);
     case CM_POOL_ARENA: return cm__pool_arena_new(m, o, pos, out);
+    case CM_POOL_PERSISTENT: break; /* not a dynamic pool (cm_pools_resolve refuses it) */
   }
   return CM_EINVAL;
 }

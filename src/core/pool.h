@@ -4,8 +4,8 @@
  *
  * Division of labour:
  *  - The MANAGER owns routing, handles, the freed inbox and the usage counters
- *    of handed-out slices: it calls cm__slice_mark_used() when a slice is
- *    handed out and cm__slice_mark_free() before vt->on_free().
+ *    of handed-out slices: it marks a slice used when it hands it out and
+ *    free before vt->on_free() (mark_used / mark_free in manager.c).
  *  - A POOL owns its pages/slices and free structures. try_reserve/alloc return
  *    a slice that is NOT in any free structure and whose storage_id/offset are
  *    final; the manager then marks it used with the requested size.
@@ -110,7 +110,5 @@ cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s);
 void cm__pool_reserved_add(cm__pool *p, int64_t delta);
 /* pages += delta with pages_peak. */
 void cm__pool_pages_add(cm__pool *p, int64_t delta);
-/* Persistent-pool capture hooks. */
-bool cm__manager_capturing(const struct cm_manager *m);
 
 #endif

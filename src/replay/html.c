@@ -208,6 +208,7 @@ static const char *kind_name(cm_pool_kind_t k) {
   case CM_POOL_EXCLUSIVE: return "exclusive";
   case CM_POOL_DIRECT: return "direct";
   case CM_POOL_ARENA: return "arena";
+  case CM_POOL_PERSISTENT: return "persistent";
   }
   return "pool";
 }

@@ -287,6 +287,7 @@ static void persistent_report_and_zero(void) {
   cm_handle_t z = RSV(m, 0), a = RSV(m, 5000);
   EXPECT_EQ(loc_of(m, z).pool, P);
   cm_pool_report_t r = report(m, P);
+  EXPECT_EQ(r.options.kind, CM_POOL_PERSISTENT); /* its own kind, not "direct" */
   EXPECT_EQ(r.pages, 2);
   EXPECT_EQ(r.pages_peak, 2);
   EXPECT_EQ(r.pages_unmapped, 0);
