@@ -185,12 +185,6 @@ CM_API int cm_toml_table_kind(const cm_toml_value_t *t, cm_toml_table_kind_t *ki
  * distinct streams. */
 CM_API int cm_toml_to_json(const cm_toml_doc_t *doc, FILE *out);
 
-/* The "cubemem toml2json" command: read all of in as TOML, write tagged JSON
- * to out and return 0; on invalid input write one line
- * "toml2json: line L, column C: <reason>" to err and return 1; on read/write
- * or memory failure write a message to err and return 2. Returns a process
- * exit code, not a CM_E* status. Does not close the streams. */
-CM_API int cm_toml2json_main(FILE *in, FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }

@@ -2,10 +2,61 @@
  * FILE is absent or '-') to toml-test tagged JSON on stdout. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cubemem/toml.h"
+
+/* Read all of `in` as TOML and write the tagged JSON to `out`: exit code 0;
+ * invalid TOML: one "toml2json: line L, column C: <reason>" line on `err`,
+ * 1; read/write or memory failure: a message on `err`, 2 (the toml-test
+ * decoder contract). Bytes are kept exactly, NULs included. */
+static int toml2json_stream(FILE *in, FILE *out, FILE *err) {
+  if (!in || !out || !err) return 2;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      size_t ncap = cap ? cap * 2 : 65536;
+      char *n = ncap > cap ? realloc(buf, ncap) : NULL;
+      if (!n) {
+        free(buf);
+        fprintf(err, "toml2json: out of memory reading input\n");
+        return 2;
+      }
+      buf = n;
+      cap = ncap;
+    }
+    size_t got = fread(buf + len, 1, cap - len, in);
+    len += got;
+    if (got == 0) break;
+  }
+  if (ferror(in)) {
+    free(buf);
+    fprintf(err, "toml2json: error reading input\n");
+    return 2;
+  }
+  cm_toml_doc_t *doc = NULL;
+  cm_diag_t diag = {0};
+  int rc = cm_toml_parse(buf, len, &doc, &diag);
+  free(buf);
+  if (rc == CM_EPARSE) {
+    fprintf(err, "toml2json: %s\n", diag.message);
+    return 1;
+  }
+  if (rc != CM_OK) {
+    fprintf(err, "toml2json: %s\n", diag.message[0] ? diag.message : "parse failed");
+    return 2;
+  }
+  rc = cm_toml_to_json(doc, out);
+  cm_toml_doc_free(doc);
+  if (rc != CM_OK) {
+    fprintf(err, "toml2json: error writing output\n");
+    return 2;
+  }
+  return 0;
+}
 
 static void usage(FILE *out) {
   fprintf(out, "usage: cubemem toml2json [FILE]\n"
@@ -35,13 +86,13 @@ int cm_cli_toml2json(int argc, char **argv) {
     }
     path = a;
   }
-  if (!path || !strcmp(path, "-")) return cm_toml2json_main(stdin, stdout, stderr);
+  if (!path || !strcmp(path, "-")) return toml2json_stream(stdin, stdout, stderr);
   FILE *in = fopen(path, "rb");
   if (!in) {
     fprintf(stderr, "cubemem toml2json: %s: %s\n", path, strerror(errno));
     return 1;
   }
-  int rc = cm_toml2json_main(in, stdout, stderr);
+  int rc = toml2json_stream(in, stdout, stderr);
   fclose(in);
   return rc;
 }
