@@ -101,6 +101,13 @@ typedef struct cm_storage_ops {
    * CM_EHANDLE, CM_ESTORAGE. */
   int (*vm_release)(void *ctx, uint64_t id, cm_diag_t *diag);
 
+  /* --- optional: poisoning (AddressSanitizer builds) ----------------------- */
+  /* Mark [offset, offset+size) of allocation or reservation `id` as not
+   * addressable (poison) or addressable again: the manager calls it for the
+   * bytes of slices it caches and hands out, so a use after free into cached
+   * memory is reported. Only storages of host memory implement it. */
+  void (*poison)(void *ctx, uint64_t id, uint64_t offset, uint64_t size, bool poison);
+
   /* --- optional: memory information (cuMemGetInfo) ------------------------ */
   /* Bytes of device memory free now and in total; either may be 0 when
    * unknown. Used by dry runs to hit the limits a real run would. */

@@ -97,25 +97,12 @@ static void log_pools(cm_manager_t *m) {
 
 /* ---- slices handed out / freed ----------------------------------------------- */
 
-/* Under ASan on the host storage: the requested bytes of a handed-out slice
- * are addressable, the bytes of a freed (cached) slice are not. Shadow memory
- * costs size/8, so only slices up to CM__POISON_MAX are poisoned when freed;
- * a larger slice handed out is scanned and unpoisoned only where some smaller
- * freed slice left poison. */
-#define CM__POISON_MAX (1ull << 20)
+/* Under ASan: the requested bytes of a handed-out slice are addressable, the
+ * bytes of a freed (cached) slice are not, through the storage's optional
+ * poison op (the host storage's). Release builds make no call. */
 static void asan_mark(cm_manager_t *m, const cm__slice *s, uint64_t n, bool poison) {
 #ifdef CM_ASAN
-  if (!s->mapped || n == 0 || (poison && n > CM__POISON_MAX)) return;
-  char *ptr = cm__storage_host_ptr(m->storage, s->storage_id, s->offset, n);
-  if (!ptr) return;
-  if (poison) {
-    CM__POISON(ptr, n);
-  } else if (n <= CM__POISON_MAX) {
-    CM__UNPOISON(ptr, n);
-  } else {
-    char *first = __asan_region_is_poisoned(ptr, (size_t)n);
-    if (first) CM__UNPOISON(first, n - (uint64_t)(first - ptr));
-  }
+  if (s->mapped && n) cm__storage_poison(m->storage, s->storage_id, s->offset, n, poison);
 #else
   (void)m;
   (void)s;
@@ -340,7 +327,7 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
     m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
                              i == target ? serving : UINT64_MAX);
   update_next_cleanup(m);
-  if (m->storage->unflushed || explicit_cleanup) cm_storage_flush(m->storage);
+  if (cm__storage_pending(m->storage) || explicit_cleanup) cm_storage_flush(m->storage);
 }
 
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
@@ -447,7 +434,7 @@ int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag
   size_t first = route(m, size);
   if (m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
     cleanup_impl(m, false, size, first);
-  else if (m->storage->unflushed)
+  else if (cm__storage_pending(m->storage))
     cm_storage_flush(m->storage); /* deferred frees from the last call's pool work */
   bool lazy = m->dry_runs > 0;
   bool P = m->mode == CM_MODE_PERSISTENT;

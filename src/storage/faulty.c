@@ -190,6 +190,11 @@ static int faulty_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return c->iops->vm_release(c->ictx, id, diag);
 }
 
+static void faulty_poison(void *ctx, uint64_t id, uint64_t off, uint64_t size, bool poison) {
+  faulty_ctx *c = ctx;
+  c->iops->poison(c->ictx, id, off, size, poison);
+}
+
 static int faulty_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
   faulty_ctx *c = ctx;
   return c->iops->mem_info(c->ictx, free_bytes, total_bytes);
@@ -231,6 +236,7 @@ int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
   if (io->vm_unmap) c->ops.vm_unmap = faulty_vm_unmap;
   if (io->vm_release) c->ops.vm_release = faulty_vm_release;
   if (io->mem_info) c->ops.mem_info = faulty_mem_info;
+  if (io->poison) c->ops.poison = faulty_poison;
 
   rc = cm_storage_create(&c->ops, c, out);
   if (rc) {

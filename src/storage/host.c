@@ -161,7 +161,35 @@ static int host_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return CM_OK;
 }
 
+/* Under ASan: poisoning a range writes size/8 bytes of shadow memory, so only
+ * ranges up to HOST_POISON_MAX are poisoned; a larger range made addressable
+ * is scanned and unpoisoned only where some smaller range left poison. */
+#define HOST_POISON_MAX (1ull << 20)
+static void host_poison(void *ctx, uint64_t id, uint64_t off, uint64_t size, bool poison) {
+#ifdef CM_ASAN
+  host_ctx *c = ctx;
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || !e->mem || size == 0 || off > e->size || size > e->size - off) return;
+  char *ptr = (char *)e->mem + off;
+  if (poison) {
+    if (size <= HOST_POISON_MAX) CM__POISON(ptr, size);
+  } else if (size <= HOST_POISON_MAX) {
+    CM__UNPOISON(ptr, size);
+  } else {
+    char *first = __asan_region_is_poisoned(ptr, (size_t)size);
+    if (first) CM__UNPOISON(first, size - (uint64_t)(first - ptr));
+  }
+#else
+  (void)ctx;
+  (void)id;
+  (void)off;
+  (void)size;
+  (void)poison;
+#endif
+}
+
 static const cm_storage_ops_t k_host_ops = {
+    .poison = host_poison,
     .name = "host",
     .alignment = host_alignment,
     .alloc = host_alloc,
@@ -175,12 +203,6 @@ static const cm_storage_ops_t k_host_ops = {
     .vm_release = host_vm_release,
 };
 
-void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size) {
-  if (!s || s->ops != &k_host_ops) return NULL;
-  cm__id_entry *e = cm__id_get(&((host_ctx *)s->ctx)->ids, id);
-  if (!e || !e->mem || off > e->size || size > e->size - off) return NULL;
-  return (char *)e->mem + off;
-}
 
 int cm_storage_host_create(uint64_t alignment, cm_storage_t **out) {
   if (!out) return CM_EINVAL;

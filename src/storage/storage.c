@@ -146,6 +146,10 @@ int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t offset, uint64_t size,
   return s->ops->get(s->ctx, id, offset, size, out, diag);
 }
 
+void cm__storage_poison(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, bool poison) {
+  if (s && s->ops->poison) s->ops->poison(s->ctx, id, off, size, poison);
+}
+
 int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes, uint64_t *total_bytes) {
   uint64_t f = 0, t = 0;
   if (free_bytes) *free_bytes = 0;

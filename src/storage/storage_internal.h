@@ -22,9 +22,11 @@ struct cm_storage {
   _Atomic uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
 };
 
-/* The host pointer of (id, off) when `s` is the built-in host storage and the
- * range is live, else NULL (used to poison cached slices under ASan). */
-void *cm__storage_host_ptr(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size);
+/* Poison or unpoison bytes through the backend's optional poison op (no-op
+ * without one). */
+void cm__storage_poison(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, bool poison);
+/* Deferred releases (dealloc / unmap) not flushed to the backend yet. */
+static inline uint64_t cm__storage_pending(const cm_storage_t *s) { return s->unflushed; }
 uint64_t cm__storage_vm_granularity(cm_storage_t *s);
 int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
 /* The VM operations of storage.h's contract, counted. `piece` is the size of
