@@ -32,7 +32,6 @@ typedef struct cm__slice {
   uint64_t padding;    /* alignment padding (valid while used) */
   uint64_t span;       /* bytes this slice occupies (>= size + padding) */
   uint64_t cursor;     /* stream cursor stored at bind */
-  uint32_t page;       /* page index (sliced/exclusive), 0 otherwise */
   uint32_t index;      /* slot index (direct/persistent/exclusive), 0 otherwise */
   uint8_t pool;        /* routing position; CM_PERSISTENT_POOL for persistent */
   uint8_t used;        /* handed out (non-free) */

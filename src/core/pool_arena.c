@@ -119,7 +119,7 @@ static inline __attribute__((always_inline)) ablk *node_get(arena *a) {
     a->spare = n->fnext;
     a->nspare--;
     n->s.size = n->s.padding = n->s.cursor = 0;
-    n->s.page = n->s.index = 0;
+    n->s.index = 0;
     n->s.used = n->s.touched = 0;
   } else {
     n = node_new(a);

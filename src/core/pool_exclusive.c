@@ -42,7 +42,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
   cm__slot *s = NULL;
   int rc = cm__slot_new(p, eff, false, &s, diag);
   if (rc) return rc;
-  s->s.index = s->s.page = (uint32_t)xp->sp.slots.n;
+  s->s.index = (uint32_t)xp->sp.slots.n;
   if (cm__slots_push(&xp->sp.slots, s) != CM_OK) {
     cm_storage_dealloc(cm__pool_storage(p), s->s.storage_id, eff);
     free(s);
@@ -83,10 +83,7 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
       released = true;
     }
   }
-  if (released) {
-    cm__slots_compact(&xp->sp.slots);
-    for (size_t i = 0; i < xp->sp.slots.n; i++) xp->sp.slots.v[i]->s.page = (uint32_t)i;
-  }
+  if (released) cm__slots_compact(&xp->sp.slots);
 }
 
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
