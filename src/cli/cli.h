@@ -75,6 +75,8 @@ int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
 void cli_fmt_iec(uint64_t b, char *buf, size_t cap);
 /* 1234567 -> "1,234,567" */
 void cli_fmt_grouped(uint64_t v, char *buf, size_t cap);
+/* Write s as a JSON string (quotes, escapes) to f. */
+void cli_json_string(FILE *f, const char *s);
 /* A device capacity: "80 GiB (85.90 GB)", or decimal only when not a whole KiB. */
 void cli_fmt_device(uint64_t b, char *buf, size_t cap);
 /* Measured bytes (peaks, reserved) are cm_format_bytes: "1.18 GB". */

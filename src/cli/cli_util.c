@@ -357,6 +357,17 @@ void cli_fmt_iec(uint64_t b, char *buf, size_t cap) {
   else snprintf(buf, cap, "%.2f %s", v, u[e]);
 }
 
+void cli_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 void cli_fmt_grouped(uint64_t v, char *buf, size_t cap) {
   char tmp[32];
   int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);

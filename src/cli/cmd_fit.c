@@ -170,16 +170,6 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
   return 0;
 }
 
-static void fit_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
 
 typedef struct fit_progress {
   const char *trace, *layout;
@@ -283,16 +273,16 @@ int cm_cli_fit(int argc, char **argv) {
       double unl = fr.peak_live_bytes ? (double)fr.unconstrained_peak / (double)fr.peak_live_bytes : 0;
       if (o.json) {
         fputs("{\"trace\":", stdout);
-        fit_json_string(stdout, tname);
+        cli_json_string(stdout, tname);
         fputs(",\"layout\":", stdout);
-        fit_json_string(stdout, o.layouts[l]);
+        cli_json_string(stdout, o.layouts[l]);
         printf(",\"device_memory\":%" PRIu64 ",\"grid\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
                ",\"unconstrained_peak_reserved\":%" PRIu64 ",\"unconstrained_over_live\":%.6f"
                ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f,\"replays\":%u"
                ",\"nonmonotone\":%u,\"first_nonmonotone\":%" PRIu64 ",\"config\":",
                o.capacity, o.grid, fr.peak_live_bytes, fr.unconstrained_peak, unl, fr.fit_bytes,
                fr.ratio, fr.replays, fr.nonmonotone, fr.first_nonmonotone);
-        fit_json_string(stdout, config_used);
+        cli_json_string(stdout, config_used);
         fputs("}\n", stdout);
       } else {
         char a[32], b[32], c[32];
