@@ -30,6 +30,7 @@
 #include "cubemem/replay.h"
 #include "ptr/u64map.h"
 #include "replay/pickle.h"
+#include "replay/sbuf.h"
 
 enum { ROW_ALLOC, ROW_FREE, ROW_FAIL };
 
@@ -99,44 +100,11 @@ static int cmp_addr(const void *a, const void *b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf_t;
 
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->p && (size_t)k < b->cap - b->n) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t nc = b->cap ? b->cap * 2 : 1 << 16;
-    while (nc < b->n + (size_t)k + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = true;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-}
-
-static void emit(sbuf_t *b, const row_t *r) {
+static void emit(cm__sbuf *b, const row_t *r) {
   static const char *const names[] = {"allocate", "free", "allocate failure"};
   uint64_t us = r->time_us, s = us / 1000000u, frac = us % 1000000u;
-  sb_printf(b, "1,%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%06" PRIu64 ",%s,0x%" PRIx64
+  cm__sb_printf(b, "1,%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%06" PRIu64 ",%s,0x%" PRIx64
                ",%" PRIu64 ",0x%" PRIx64 "\n",
             s / 3600, (s / 60) % 60, s % 60, frac, names[r->action], r->addr, r->size, r->stream);
 }
@@ -145,7 +113,7 @@ static void emit(sbuf_t *b, const row_t *r) {
 #define KEY(a) ((a) + 1)
 #define SIZE_VAL(s) ((void *)(uintptr_t)((s) + 1))
 
-static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *out,
+static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf *out,
                    cm_snapshot_info_t *info, cm_diag_t *diag) {
   const cm_pv_t *segs = NULL, *traces = NULL;
   if (snap->kind == CM_PV_DICT) {
@@ -308,7 +276,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, sbuf_t *
   }
   if (rc == CM_OK) {
     if (pre.n) qsort(pre.r, pre.n, sizeof *pre.r, cmp_addr);
-    sb_printf(out, "Thread,Time,Action,Pointer,Size,Stream\n");
+    cm__sb_printf(out, "Thread,Time,Action,Pointer,Size,Stream\n");
     for (size_t i = 0; i < pre.n; i++) emit(out, &pre.r[i]);
     for (size_t i = 0; i < ev.n; i++) emit(out, &ev.r[i]);
     if (out->oom) rc = CM_ENOMEM;
@@ -339,7 +307,7 @@ int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t 
   const cm_pv_t *root = NULL;
   int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
   if (rc) return rc;
-  sbuf_t out = {0};
+  cm__sbuf out = {0};
   rc = convert(root, opts, &out, &tmp, diag);
   cm__pickle_free(doc);
   if (info) *info = tmp;

@@ -23,50 +23,18 @@
 
 #include "core/util.h"
 #include "cubemem/replay.h"
+#include "replay/sbuf.h"
 
-typedef struct sb {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sb_t;
 
-static void sb_printf(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb_t *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->p && b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t ncap = b->cap ? b->cap * 2 : 1 << 16;
-    while (ncap < b->n + (size_t)k + 1) ncap *= 2;
-    char *np = realloc(b->p, ncap);
-    if (!np) {
-      b->oom = true;
-      return;
-    }
-    b->p = np;
-    b->cap = ncap;
-  }
-}
-
-static void sb_escaped(sb_t *b, const char *s) {
+static void sb_escaped(cm__sbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
-      case '&': sb_printf(b, "&amp;"); break;
-      case '<': sb_printf(b, "&lt;"); break;
-      case '>': sb_printf(b, "&gt;"); break;
-      case '"': sb_printf(b, "&quot;"); break;
+      case '&': cm__sb_printf(b, "&amp;"); break;
+      case '<': cm__sb_printf(b, "&lt;"); break;
+      case '>': cm__sb_printf(b, "&gt;"); break;
+      case '"': cm__sb_printf(b, "&quot;"); break;
       default:
-        if ((unsigned char)*s >= 0x20) sb_printf(b, "%c", *s);
+        if ((unsigned char)*s >= 0x20) cm__sb_printf(b, "%c", *s);
     }
   }
 }
@@ -129,7 +97,7 @@ static void pool_label(const cm_replay_result_t *r, size_t j, char *buf, size_t 
 #define PLOT_X1 700.0
 #define PLOT_H 280.0
 
-static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
+static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
   /* --- scales --- */
   uint64_t xmax = 1, ymax = 1;
   for (size_t s = 0; s < p->series_count; s++) {
@@ -145,18 +113,18 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
   const char *unit;
   byte_unit(ytop, &div, &unit);
 
-  sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"title\">", PLOT_X0, y + 22);
+  cm__sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"title\">", PLOT_X0, y + 22);
   sb_escaped(b, p->title ? p->title : "trace");
-  sb_printf(b, "</text>\n");
+  cm__sb_printf(b, "</text>\n");
   double top = y + 40, bot = top + PLOT_H;
 #define X(v) (PLOT_X0 + (PLOT_X1 - PLOT_X0) * ((double)(v) / xtop))
 #define Y(v) (bot - PLOT_H * ((double)(v) / ytop))
   /* grid and axes */
-  sb_printf(b, "<g class=\"axis\">\n");
+  cm__sb_printf(b, "<g class=\"axis\">\n");
   for (double v = 0; v <= ytop + ystep / 2; v += ystep) {
     char num[32];
     fmt_num(num, sizeof num, v / div);
-    sb_printf(b,
+    cm__sb_printf(b,
               "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s %s</text>\n",
               PLOT_X0, Y(v), PLOT_X1, Y(v), PLOT_X0 - 6, Y(v) + 4, num, unit);
@@ -164,31 +132,31 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
   for (double v = 0; v <= xtop + 1e-9; v += xstep) {
     char num[32];
     fmt_count(num, sizeof num, v);
-    sb_printf(b,
+    cm__sb_printf(b,
               "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
               X(v), bot, X(v), bot + 5, X(v), bot + 18, num);
   }
-  sb_printf(b,
+  cm__sb_printf(b,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
             PLOT_X0, top, PLOT_X0, bot, PLOT_X0, bot, PLOT_X1, bot);
-  sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\">"
+  cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\">"
             "events replayed (allocations + frees)</text>\n", (PLOT_X0 + PLOT_X1) / 2, bot + 36);
-  sb_printf(b, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" "
+  cm__sb_printf(b, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" "
             "class=\"label\">memory (%s, 1 %s = %.0f bytes)</text>\n",
             24.0, (top + bot) / 2, unit, unit, div);
-  sb_printf(b, "</g>\n");
+  cm__sb_printf(b, "</g>\n");
 
   /* live bytes: filled area from the first series with a timeline */
   const cm_replay_result_t *lr = NULL;
   for (size_t s = 0; s < p->series_count && !lr; s++)
     if (p->series[s].result && p->series[s].result->timeline_count) lr = p->series[s].result;
   if (lr) {
-    sb_printf(b, "<path class=\"live\" d=\"M%.1f %.1f", X(0), Y(0));
+    cm__sb_printf(b, "<path class=\"live\" d=\"M%.1f %.1f", X(0), Y(0));
     for (size_t i = 0; i < lr->timeline_count; i++)
-      sb_printf(b, " L%.1f %.1f", X(lr->timeline[i].event), Y(lr->timeline[i].live_bytes));
-    sb_printf(b, " L%.1f %.1f Z\"/>\n", X(lr->timeline[lr->timeline_count - 1].event), Y(0));
+      cm__sb_printf(b, " L%.1f %.1f", X(lr->timeline[i].event), Y(lr->timeline[i].live_bytes));
+    cm__sb_printf(b, " L%.1f %.1f Z\"/>\n", X(lr->timeline[lr->timeline_count - 1].event), Y(0));
   }
   /* reserved bytes per series */
   for (size_t s = 0; s < p->series_count; s++) {
@@ -196,13 +164,13 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
     if (!r) continue;
     const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
     if (r->timeline_count) {
-      sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
+      cm__sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
       for (size_t i = 0; i < r->timeline_count; i++)
-        sb_printf(b, "%s%.1f,%.1f", i ? " " : "", X(r->timeline[i].event),
+        cm__sb_printf(b, "%s%.1f,%.1f", i ? " " : "", X(r->timeline[i].event),
                   Y(r->timeline[i].reserved_bytes));
-      sb_printf(b, "\"/>\n");
+      cm__sb_printf(b, "\"/>\n");
     } else {
-      sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+      cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-dasharray=\"6 4\"/>\n", PLOT_X0, Y(r->peak_reserved_bytes), PLOT_X1,
                 Y(r->peak_reserved_bytes), c);
     }
@@ -212,7 +180,7 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
   char v1[32], v2[32];
   if (p->series_count && p->series[0].result) {
     cm_format_bytes(p->series[0].result->peak_live_bytes, v1, sizeof v1);
-    sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" class=\"live\"/>"
+    cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" class=\"live\"/>"
               "<text x=\"%.1f\" y=\"%.1f\">live (trace), peak %s</text>\n",
               PLOT_X1 + 16, ly, PLOT_X1 + 36, ly + 9, v1);
     ly += 20;
@@ -223,11 +191,11 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
     const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
     cm_format_bytes(r->peak_reserved_bytes, v2, sizeof v2);
     double ratio = r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0;
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+    cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
               "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\">",
               PLOT_X1 + 16, ly + 5, PLOT_X1 + 30, ly + 5, c, PLOT_X1 + 36, ly + 9);
     sb_escaped(b, p->series[s].label ? p->series[s].label : "layout");
-    sb_printf(b, "</text><text x=\"%.1f\" y=\"%.1f\" class=\"small\">reserved, peak %s (x%.3f)</text>\n",
+    cm__sb_printf(b, "</text><text x=\"%.1f\" y=\"%.1f\" class=\"small\">reserved, peak %s (x%.3f)</text>\n",
               PLOT_X1 + 36, ly + 22, v2, ratio);
     ly += 36;
   }
@@ -236,7 +204,7 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
 
   /* --- per-pool breakdown at the storage peak --- */
   double by = bot + 60;
-  sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"label\">reserved per pool when the device "
+  cm__sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"label\">reserved per pool when the device "
             "peak was reached</text>\n", PLOT_X0, by);
   by += 12;
   uint64_t bmax = 1;
@@ -255,12 +223,12 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
   for (size_t s = 0; s < p->series_count; s++) {
     const cm_replay_result_t *r = p->series[s].result;
     if (!r) continue;
-    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
+    cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
     char lab[24];
     snprintf(lab, sizeof lab, "%s", p->series[s].label ? p->series[s].label : "layout");
     if (p->series[s].label && strlen(p->series[s].label) > 15) strcpy(lab + 12, "...");
     sb_escaped(b, lab);
-    sb_printf(b, "</text>\n");
+    cm__sb_printf(b, "</text>\n");
     uint64_t tot = 0;
     for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
     double x = 0, bar_y = by, leg_y = by + 26, lx = PLOT_X0;
@@ -273,12 +241,12 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
       pool_label(r, j, desc, sizeof desc);
       cm_format_bytes(v, vb, sizeof vb);
       double x0 = BX(x), x1 = BX(x + (double)v);
-      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"%s\" "
+      cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"%s\" "
                 "stroke=\"#fff\" stroke-width=\"0.5\"><title>", x0, bar_y, x1 - x0, c);
       sb_escaped(b, desc);
-      sb_printf(b, ": %s</title></rect>\n", vb);
+      cm__sb_printf(b, ": %s</title></rect>\n", vb);
       if (x1 - x0 > 28)
-        sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"inbar\">p%zu</text>\n",
+        cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"inbar\">p%zu</text>\n",
                   (x0 + x1) / 2, bar_y + 14, j);
       x += (double)v;
       /* legend under the bar: colour, pool, bytes (pools of >= 1% of the bar, 8 at most) */
@@ -293,10 +261,10 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
         lx = PLOT_X0;
         leg_y += 14;
       }
-      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>"
+      cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">", lx, leg_y, c, lx + 12, leg_y + 8);
       sb_escaped(b, item);
-      sb_printf(b, "</text>\n");
+      cm__sb_printf(b, "</text>\n");
       lx += wdt;
       shown++;
     }
@@ -305,25 +273,25 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
         lx = PLOT_X0;
         leg_y += 14;
       }
-      sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">+%d smaller pool%s</text>\n",
+      cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">+%d smaller pool%s</text>\n",
                 lx, leg_y + 8, hidden, hidden == 1 ? "" : "s");
     }
     char tb[32];
     cm_format_bytes(tot, tb, sizeof tb);
-    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", BX(x) + 6, bar_y + 14, tb);
+    cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", BX(x) + 6, bar_y + 14, tb);
     by = leg_y + 24;
   }
   /* bytes axis for the bars */
-  sb_printf(b, "<g class=\"axis\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
+  cm__sb_printf(b, "<g class=\"axis\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
             PLOT_X0, by, PLOT_X1, by);
   for (double v = 0; v <= btop + bstep / 2; v += bstep) {
     char num[32];
     fmt_num(num, sizeof num, v / bdiv);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+    cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s %s</text>\n",
               BX(v), by, BX(v), by + 5, BX(v), by + 18, num, bunit);
   }
-  sb_printf(b, "</g>\n");
+  cm__sb_printf(b, "</g>\n");
 #undef BX
   return by + 40;
 }
@@ -331,10 +299,10 @@ static double panel(sb_t *b, const cm_replay_panel_t *p, double y) {
 int cm_replay_svg(const cm_replay_panel_t *panels, size_t panel_count, cm_replay_write_fn write,
                   void *arg) {
   if ((!panels && panel_count) || !write) return CM_EINVAL;
-  sb_t body = {0}, doc = {0};
+  cm__sbuf body = {0}, doc = {0};
   double y = 10;
   for (size_t i = 0; i < panel_count; i++) y = panel(&body, &panels[i], y);
-  sb_printf(&doc,
+  cm__sb_printf(&doc,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\" "
             "font-size=\"11\">\n"
