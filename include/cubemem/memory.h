@@ -297,6 +297,17 @@ typedef struct cm_pool_report {
   bool has_cached;
 } cm_pool_report_t;
 
+/* Reports. cm_manager_usage, cm_manager_pool_report, cm_manager_display and
+ * cm_manager_check first take in the releases queued from any thread since
+ * the last manager call (the freed inbox), so what they report includes every
+ * release that happened before the call. That makes them manager calls: like
+ * every cm_manager_* call they are serialised with the driving thread and
+ * must not run concurrently with it. What may run concurrently with the
+ * driving thread: the handle and binding functions above, and
+ * cm_storage_stats() on the manager's storage. cm_manager_pool_count,
+ * cm_manager_reserved_peak, cm_manager_name and cm_manager_warnings only read
+ * (still serialised with the driving thread). */
+/* Current usage of every pool together. */
 CM_API void cm_manager_usage(cm_manager_t *m, cm_usage_t *out);
 /* Number of dynamic pools. */
 CM_API size_t cm_manager_pool_count(const cm_manager_t *m);
