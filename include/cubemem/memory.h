@@ -89,8 +89,12 @@ CM_API uint64_t cm_binding_id(cm_binding_t b);
  *
  * The debug level adds reports at the moment of the misuse: 0 (default)
  * none; 1 a warning through the owning manager's logger (stderr when it has
- * none); 2 the same, then abort(). It starts as the environment variable
- * CM_DEBUG (read once, on first use), and cm_debug_set_level overrides it.
+ * none); 2 the same, then abort(); 3 also runs cm_manager_check after every
+ * mutating manager call (reserve, bind, install_pools, cleanup, capture_end,
+ * dry_run_end) of managers created at that level, and aborts with the first
+ * violation's message (slow: for tests; CI runs the unit suite at it). It
+ * starts as the environment variable CM_DEBUG (read once, on first use), and
+ * cm_debug_set_level overrides it.
  * All three functions are thread-safe. */
 CM_API int cm_debug_level(void);
 CM_API void cm_debug_set_level(int level);

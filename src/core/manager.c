@@ -259,6 +259,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   m->props = cfg->props;
   if (m->props.alignment == 0) m->props.alignment = 1;
   m->pm = cfg->persistent_memory;
+  m->debug_checks = cm_debug_level() >= 3;
   m->logger = cfg->logger;
   m->log_level = cm_logger_level(cfg->logger);
   m->lazy_next_id = UINT64_MAX;
@@ -330,10 +331,26 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
   if (cm__storage_pending(m->storage) || explicit_cleanup) cm_storage_flush(m->storage);
 }
 
+/* Debug level 3: check every invariant after a mutating call; a violation
+ * is reported (logger, else stderr) and aborts, at the call that caused it. */
+static void debug_check(cm_manager_t *m, const char *call) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  size_t bad = cm_manager_check(m, &d);
+  if (!bad) return;
+  char msg[512];
+  snprintf(msg, sizeof msg, "cubemem: debug level 3: %zu invariant violation%s after %s on "
+           "manager '%s': %s", bad, bad == 1 ? "" : "s", call, m->name, d.message);
+  if (m->logger) cm_logger_warn(m->logger, msg);
+  else fprintf(stderr, "%s\n", msg); /* asked for by the debug level */
+  abort();
+}
+
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
   if (!m) return;
   cm__manager_drain(m);
   cleanup_impl(m, explicit_cleanup, UINT64_MAX, m->npools);
+  if (__builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_cleanup");
 }
 
 /* ---- reserve ------------------------------------------------------------------- */
@@ -419,7 +436,8 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 /* Does the persistent pool have a slice of effective size eff? */
 bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
 
-int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag_t *diag) {
+static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, uint64_t size,
+                                                             cm_handle_t *out, cm_diag_t *diag) {
   if (!out) return cm__diag_set(diag, CM_EINVAL, "out is NULL");
   out->d = NULL;
   if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
@@ -500,6 +518,12 @@ int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag
                       size);
 }
 
+int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag_t *diag) {
+  int rc = reserve_impl(m, size, out, diag);
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_reserve");
+  return rc;
+}
+
 /* ---- lookups ------------------------------------------------------------------- */
 
 static int lookup(cm_manager_t *m, cm_desc_t *d, cm__slice **out, cm_diag_t *diag) {
@@ -568,7 +592,7 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
                         h.size - offset_start - offset_end, out, diag);
 }
 
-int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
+static int bind_impl(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
                     cm_diag_t *diag) {
   cm_desc_t *d = reserved.d;
   cm_desc_t *a = assigned.d;
@@ -597,6 +621,13 @@ int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned,
   return rc;
 }
 
+int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
+                    cm_diag_t *diag) {
+  int rc = bind_impl(m, reserved, assigned, cursor, diag);
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_bind");
+  return rc;
+}
+
 /* ---- modes ----------------------------------------------------------------------- */
 
 static const char *mode_name(cm_alloc_mode_t md) {
@@ -621,7 +652,7 @@ cm_alloc_mode_t cm_manager_mode(const cm_manager_t *m) { return m ? m->mode : CM
 
 /* ---- install_pools --------------------------------------------------------------- */
 
-int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools, size_t n,
+static int install_pools_impl(cm_manager_t *m, const cm_pool_options_t *pools, size_t n,
                              cm_diag_t *diag) {
   if (!m || (!pools && n)) return cm__diag_set(diag, CM_EINVAL, "invalid arguments");
   if (n == 0) return cm__diag_set(diag, CM_EINVAL, "the pool list is empty");
@@ -651,6 +682,13 @@ int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools, si
   cm_storage_flush(m->storage);
   log_pools(m);
   return CM_OK;
+}
+
+int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools, size_t n,
+                             cm_diag_t *diag) {
+  int rc = install_pools_impl(m, pools, n, diag);
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_install_pools");
+  return rc;
 }
 
 /* ---- capture ---------------------------------------------------------------------- */
@@ -701,7 +739,7 @@ static void retain_touched(cm__slice *s, void *arg) {
   c->pins->h[c->pins->n++] = h;
 }
 
-int cm_manager_capture_end(cm_manager_t *m, cm_pins_t **out) {
+static int capture_end_impl(cm_manager_t *m, cm_pins_t **out) {
   if (!out) return CM_EINVAL;
   *out = NULL;
   if (!m) return CM_EINVAL;
@@ -721,6 +759,12 @@ int cm_manager_capture_end(cm_manager_t *m, cm_pins_t **out) {
   return c.rc;
 }
 
+int cm_manager_capture_end(cm_manager_t *m, cm_pins_t **out) {
+  int rc = capture_end_impl(m, out);
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_capture_end");
+  return rc;
+}
+
 size_t cm_pins_count(const cm_pins_t *p) { return p ? p->n : 0; }
 
 void cm_pins_release(cm_pins_t *p) {
@@ -734,6 +778,7 @@ void cm_manager_dry_run_begin(cm_manager_t *m) {
 }
 void cm_manager_dry_run_end(cm_manager_t *m) {
   if (m && m->dry_runs) m->dry_runs--;
+  if (m && __builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_dry_run_end");
 }
 
 /* ---- statistics -------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 
 struct cm_manager {
   char name[128];
+  bool debug_checks;           /* debug level 3: check invariants after mutating calls */
   cm_storage_t *storage;       /* owned */
   cm_device_props_t props;     /* alignment >= 1 */
   cm__pool *pools[CM_MAX_DYNAMIC_POOLS];
