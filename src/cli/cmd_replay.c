@@ -460,6 +460,11 @@ static int write_html(const char *path, const char *const *traces, size_t nt,
   return rc == CM_OK ? 0 : 1;
 }
 
+/* "A / B" into a 64-byte table cell. */
+static void fmt_pair(char *cell, uint64_t a, uint64_t b) {
+  snprintf(cell, 64, "%" PRIu64 " / %" PRIu64, a, b);
+}
+
 /* A row of the side-by-side table: label, then one cell per layout. */
 static void row(const char *label, char cells[][64], size_t n, size_t width) {
   printf("  %-20s", label);
@@ -512,29 +517,20 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
   row("reserved at end", c, n, width);
   for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
     const cm_replay_result_t *r = &runs[i].res;
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, r->device_allocs - r->device_maps,
-             r->device_frees - r->device_unmaps);
+    fmt_pair(c[i], r->device_allocs - r->device_maps, r->device_frees - r->device_unmaps);
   }
   row("device allocs/frees", c, n, width);
   for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.driver_calls, c[i], 64);
   row("driver calls", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.creates,
-             runs[i].res.storage.map_calls);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.creates, runs[i].res.storage.map_calls);
   row("  create / map", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.unmap_calls,
-             runs[i].res.storage.releases);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.unmap_calls, runs[i].res.storage.releases);
   row("  unmap / release", c, n, width);
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.storage.set_access);
   row("  set access", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.allocs,
-             runs[i].res.storage.deallocs);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.allocs, runs[i].res.storage.deallocs);
   row("  alloc / free", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    snprintf(c[i], 64, "%" PRIu64 " / %" PRIu64, runs[i].res.storage.reserves,
-             runs[i].res.storage.address_frees);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.reserves, runs[i].res.storage.address_frees);
   row("  reserve / free VA", c, n, width);
   if (env->tinfo && env->tinfo->is_snapshot) {
     for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);

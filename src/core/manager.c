@@ -407,12 +407,10 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
 static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                bool lazy, cm__slice **s, cm_diag_t *d2) {
   uint64_t before = m->reserved_total;
-  cm_storage_stats_t st0, st1;
-  cm_storage_stats(m->storage, &st0);
+  bool deferred = cm__storage_pending(m->storage) != 0; /* frees the cleanup will flush */
   cleanup_impl(m, true, UINT64_MAX, m->npools);
   uint64_t released = before - m->reserved_total;
-  cm_storage_stats(m->storage, &st1);
-  if (released == 0 && st1.flushes == st0.flushes) return CM_EOOM; /* nothing could give */
+  if (released == 0 && !deferred) return CM_EOOM; /* nothing could give */
   *s = p->vt->try_reserve(p, size, eff);
   int rc = CM_OK;
   if (!*s) {
