@@ -171,11 +171,14 @@ int cli_unknown_option(const char *cmd, const char *arg, const char *const *opti
 
 static const char *const k_presets[] = {"default", "subslices", "exclusive-pages"};
 static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena"};
-static const char *const k_keys[] = {"page", "max-slice", "cap", "max", "period", "reclaim"};
+/* the keys cm_pools_parse accepts (src/core/layout.c) */
+static const char *const k_keys[] = {"page", "max-slice", "cap", "max", "period", "reclaim", "object"};
+#define NKEYS (sizeof k_keys / sizeof k_keys[0])
 /* internal field names accepted as aliases, and how users write them */
-static const char *const k_fields[][2] = {
+static const char *const k_fields[NKEYS][2] = {
     {"page_size", "page"},         {"max_slice_size", "max-slice"}, {"max_pool_size", "cap"},
-    {"max_alloc_size", "max"},     {"dealloc_period", "period"},    {"reclaim_at", "reclaim"}};
+    {"max_alloc_size", "max"},     {"dealloc_period", "period"},    {"reclaim_at", "reclaim"},
+    {"max_object_size", "object"}};
 
 static bool is_one_of(const char *w, size_t len, const char *const *set, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -259,16 +262,16 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
       snprintf(key, sizeof key, "%.*s", (int)((size_t)(eq - q) < 63 ? (size_t)(eq - q) : 63), q);
       snprintf(val, sizeof val, "%.*s", (int)((size_t)(iend - eq - 1) < 95 ? (size_t)(iend - eq - 1) : 95), eq + 1);
       const char *user = NULL;
-      for (size_t k = 0; k < 6; k++) {
+      for (size_t k = 0; k < NKEYS; k++) {
         if (!strcmp(key, k_keys[k])) user = k_keys[k];
         if (!strcmp(key, k_fields[k][0])) user = k_fields[k][1];
       }
       if (!user) {
-        const char *s = cli_suggest(key, k_keys, 6);
+        const char *s = cli_suggest(key, k_keys, NKEYS);
         char hint[64] = "";
         if (s) snprintf(hint, sizeof hint, "did you mean '%s='? ", s);
         snprintf(err, cap, "pool %zu (%s): unknown option '%s='; %sexpected page=, max-slice=, "
-                 "cap=, max=, period= or reclaim=", idx, kind, key, hint);
+                 "cap=, max=, period=, reclaim= or object=", idx, kind, key, hint);
         free(buf);
         return 1;
       }
@@ -306,7 +309,7 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
 }
 
 void cli_pool_message(char *msg, size_t cap) {
-  for (size_t k = 0; k < 6; k++) {
+  for (size_t k = 0; k < NKEYS; k++) {
     char from[40], to[40];
     snprintf(from, sizeof from, "`%s`", k_fields[k][0]);
     snprintf(to, sizeof to, "%s=", k_fields[k][1]);

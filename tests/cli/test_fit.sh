@@ -46,6 +46,9 @@ rj=$("$CM" replay --fit --json --no-progress "$EX")
 check "replay --fit reports the same smallest device" test "$(field fit_bytes "$rj")" = "$fb"
 check "replay --fit text row" grep -q "smallest device" <<<"$("$CM" replay --fit --no-progress "$EX")"
 
+"$CM" fit --no-progress --pools 'arena:object=8MiB' "$EX" >/dev/null 2>&1
+rc=$?
+check "the arena's object= key is accepted on the command line" test $rc -eq 0
 "$CM" fit >/dev/null 2>&1; check "no trace exits 2" test $? -eq 2
 "$CM" fit --grid 0 "$EX" >/dev/null 2>&1; check "--grid 0 exits 2" test $? -eq 2
 "$CM" fit --alignment 384 "$EX" >/dev/null 2>&1; check "--alignment not a power of two exits 2" test $? -eq 2
