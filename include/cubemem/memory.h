@@ -132,9 +132,18 @@ typedef struct cm_pool_options {
   bool has_reclaim_at;
   /* arena on a virtual-memory storage: the largest physical memory object
    * (one driver allocation, mapped and unmapped whole) in bytes, rounded up to
-   * the granularity (0 = the arena's default) */
+   * the granularity (0 = the arena's default), or CM_OBJECT_AUTO */
   uint64_t max_object_size;
 } cm_pool_options_t;
+
+/* max_object_size = CM_OBJECT_AUTO (layout key `object=auto`): while the
+ * device stays more than half free after a map, the arena maps each run as
+ * one physical object (few driver calls); closer to the device's capacity, and
+ * when the device refuses memory or does not report its free memory, one
+ * object per granule (any free granule can be given back). A dry run decides
+ * as an eager run of the same sequence would. bench/results/objects.md
+ * measures it. */
+#define CM_OBJECT_AUTO UINT64_MAX
 
 #define CM_MAX_DYNAMIC_POOLS 254u
 

@@ -277,7 +277,9 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
       }
       uint64_t v;
       char why[160];
-      if (!strcmp(user, "period")) {
+      if (!strcmp(user, "object") && !strcmp(val, "auto")) {
+        v = CM_OBJECT_AUTO;
+      } else if (!strcmp(user, "period")) {
         char *e;
         errno = 0;
         unsigned long long r = strtoull(val, &e, 10);
@@ -295,7 +297,9 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
         return 1;
       }
       char item[96];
-      int w = snprintf(item, sizeof item, "%s%s=%" PRIu64, first ? ":" : ",", user, v);
+      int w = v == CM_OBJECT_AUTO && !strcmp(user, "object")
+                  ? snprintf(item, sizeof item, "%sobject=auto", first ? ":" : ",")
+                  : snprintf(item, sizeof item, "%s%s=%" PRIu64, first ? ":" : ",", user, v);
       append(&buf, &blen, &bcap, item, (size_t)w);
       first = false;
       q = comma ? comma + 1 : qend;

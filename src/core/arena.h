@@ -86,7 +86,9 @@ typedef struct arena {
   bool vm;
   unsigned gshift;
   uint64_t gran;
-  uint64_t omax; /* largest physical object, in granules */
+  uint64_t omax;  /* largest physical object of the map at hand, in granules */
+  uint64_t ocfg;  /* the configured limit (granules); 1 under CM_OBJECT_AUTO */
+  bool oauto;     /* CM_OBJECT_AUTO: whole runs while the device has room */
   region **regs;
   uint32_t nregs, capregs;
   ablk *heads[NBINS];

@@ -262,6 +262,18 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
 }
 
 
+/* CM_OBJECT_AUTO: would the device stay more than half free after mapping
+ * `need` more granules? Counted the same way in a dry run (what it counted
+ * without mapping is taken off the storage's free memory) as in an eager run,
+ * so both make the same objects. Unknown capacity: no. */
+static bool has_room(const arena *a, uint64_t need) {
+  uint64_t free_b = 0, total = 0;
+  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
+  uint64_t pending = a->st->dry_bytes, add = need << a->gshift;
+  if (pending > free_b || add > free_b - pending) return false;
+  return free_b - pending - add > total / 2;
+}
+
 /* Map what placing span s at the low end of free block b needs; `lazy`: count
  * the granules as mapped without mapping them (dry run), with the very same
  * trimming and batching decisions, so a dry run places as an eager run does. */
@@ -272,6 +284,7 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
+  a->omax = a->oauto && has_room(a, unmapped_in(r, g0, g1)) ? UINT32_MAX : a->ocfg;
   /* growth batching: extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = (a->held >> a->gshift) >> EXT_SHIFT;
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
@@ -303,6 +316,7 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
     /* The device is short. Growth ahead of the request and cached memory are
      * what can give: give back every other free mapped chunk, then map only
      * what the request needs. */
+    a->omax = a->ocfg; /* short: objects that can be given back granule by granule */
     uint64_t freed = cm__arena_trim(a, UINT64_MAX, r, g0, g1);
     if (freed || hi > g1) {
       if (diag) cm_diag_clear(diag);

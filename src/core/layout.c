@@ -262,7 +262,9 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
                             "period, reclaim or object",
                             n + 1, (int)klen, q);
       uint64_t v;
-      if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
+      if (key == K_OBJECT && key_is(eq + 1, (size_t)(iend - eq - 1), "auto"))
+        v = CM_OBJECT_AUTO;
+      else if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
         return cm__diag_set(diag, CM_EPARSE,
                             "pool %zu: bad value '%.*s' for '%.*s' (use bytes or "
                             "KiB/MiB/GiB/TiB)",
@@ -355,7 +357,9 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
           fmt_size(v, sizeof v, o->max_alloc_size);
           w = fmt_opt(tmp, sizeof tmp, w, "max", v);
         }
-        if (o->max_object_size) {
+        if (o->max_object_size == CM_OBJECT_AUTO) {
+          w = fmt_opt(tmp, sizeof tmp, w, "object", "auto");
+        } else if (o->max_object_size) {
           fmt_size(v, sizeof v, o->max_object_size);
           w = fmt_opt(tmp, sizeof tmp, w, "object", v);
         }

@@ -739,9 +739,10 @@ int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t
     a->gran = g;
     a->gshift = (unsigned)__builtin_ctzll(g);
     /* the largest physical object, in granules (0 = OBJECT_MAX_DEFAULT) */
-    uint64_t om = o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
+    a->oauto = o->max_object_size == CM_OBJECT_AUTO;
+    uint64_t om = a->oauto ? 1 : o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
     om = (om + g - 1) >> a->gshift;
-    a->omax = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
+    a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;

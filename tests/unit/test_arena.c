@@ -467,6 +467,41 @@ static void vm_growth_batches_maps(void) {
   cm_manager_destroy(m);
 }
 
+/* CM_OBJECT_AUTO: whole runs as one object while the device stays more than
+ * half free after the map, one object per granule beyond that and when the
+ * device refuses memory; every object still follows the driver's rules. */
+static void vm_auto_objects(void) {
+  cm_pool_options_t o = arena();
+  o.max_object_size = CM_OBJECT_AUTO;
+  cm_manager_t *m = mk(sim(256 * MiB, true, 0), &o, 1); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 40 * MiB); /* 216 MiB stay free: one object */
+  EXPECT_EQ(stats(m).creates, 1);
+  EXPECT_EQ(held(m), 40 * MiB);
+  cm_handle_t b = res(m, 100 * MiB); /* 116 MiB would stay free: per granule */
+  EXPECT_GE(stats(m).creates, 1 + 50);
+  CHECK_CLEAN(m);
+  /* near the capacity: the free 40 MiB object goes back whole for a request
+   * that needs all but 16 MiB of the device */
+  cm_handle_release(a);
+  cm_handle_t c = res(m, 140 * MiB);
+  EXPECT_GE(stats(m).releases, 1);
+  EXPECT_LE(held(m), 256 * MiB);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  cm_handle_release(b);
+  cm_handle_release(c);
+  cm_manager_destroy(m);
+
+  /* the same requests with one object per granule (the default) */
+  cm_manager_t *g = mk_arena(sim(256 * MiB, true, 0));
+  ASSERT(g != NULL);
+  cm_handle_t x = res(g, 40 * MiB);
+  EXPECT_EQ(stats(g).creates, 20);
+  cm_handle_release(x);
+  cm_manager_destroy(g);
+}
+
 static void vm_periodic_trim(void) {
   cm_pool_options_t o = arena();
   o.dealloc_period = 50;
@@ -719,6 +754,57 @@ static void vm_dry_run_after_eager(void) {
 }
 
 /* Segments (no VM): a dry run counts whole segments without allocating them. */
+/* CM_OBJECT_AUTO under a dry run: what it counted without mapping is taken
+ * off the device's free memory, so it decides room, places and counts exactly
+ * as an eager run of the same sequence. */
+static void vm_auto_dry_run_like_eager(void) {
+  enum { N = 48, OPS = 2000 };
+  cm_pool_options_t o = arena();
+  o.max_object_size = CM_OBJECT_AUTO;
+  cm_manager_t *eager = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
+  cm_manager_t *dry = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
+  ASSERT(eager != NULL && dry != NULL);
+  cm_manager_dry_run_begin(dry);
+  cm_handle_t ve[N], vd[N];
+  memset(ve, 0, sizeof ve);
+  memset(vd, 0, sizeof vd);
+  rng_state = 4242;
+  for (int i = 0; i < OPS; i++) {
+    size_t k = (size_t)(rnd() % N);
+    if (ve[k].d) {
+      cm_handle_release(ve[k]);
+      cm_handle_release(vd[k]);
+      ve[k].d = vd[k].d = NULL;
+      continue;
+    }
+    uint64_t size = rnd_size(4 * MiB);
+    ve[k] = res(eager, size);
+    vd[k] = res(dry, size);
+    ASSERT(ve[k].d && vd[k].d);
+    if (offset_of(eager, ve[k]) != offset_of(dry, vd[k]) || reserved(eager) != reserved(dry))
+      cm_test_fail(__FILE__, __LINE__, "op %d: placed at %llu / %llu, reserved %llu / %llu", i,
+                   (unsigned long long)offset_of(eager, ve[k]),
+                   (unsigned long long)offset_of(dry, vd[k]), (unsigned long long)reserved(eager),
+                   (unsigned long long)reserved(dry));
+  }
+  /* both regimes were met: some objects span several granules, and the
+   * device was more than half full */
+  EXPECT_LT(stats(eager).creates, stats(eager).bytes_held / (64 * KiB));
+  EXPECT_GT(report0(eager).bytes_reserved_peak, 18 * MiB);
+  EXPECT_EQ(report0(dry).bytes_reserved_peak, report0(eager).bytes_reserved_peak);
+  EXPECT_EQ(stats(dry).maps, 0);
+  CHECK_CLEAN(eager);
+  CHECK_CLEAN(dry);
+  for (size_t k = 0; k < N; k++)
+    if (ve[k].d) {
+      cm_handle_release(ve[k]);
+      cm_handle_release(vd[k]);
+    }
+  cm_manager_dry_run_end(dry);
+  cm_manager_destroy(eager);
+  cm_manager_destroy(dry);
+}
+
 static void segments_dry_run(void) {
   plain *ctx;
   cm_manager_t *m = mk_arena(plain_storage(&ctx));
@@ -920,6 +1006,8 @@ int main(void) {
   CM_RUN(vm_unmaps_before_growing);
   CM_RUN(vm_steady_loop_maps_once);
   CM_RUN(vm_growth_batches_maps);
+  CM_RUN(vm_auto_objects);
+  CM_RUN(vm_auto_dry_run_like_eager);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
