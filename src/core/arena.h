@@ -29,7 +29,8 @@
 #define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
 #define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
 #define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
-#define EXT_SHIFT 9        /* growth maps extend by up to mapped >> EXT_SHIFT granules */
+#define EXT_SHIFT 9        /* growth maps for requests under a granule extend by up to
+                              mapped >> EXT_SHIFT granules */
 #define SPARE_MAX 4096     /* recycled block nodes kept */
 /* Largest VM region, in granules (4 TiB at 2 MiB): bounds the per-granule
  * metadata, so an absurd request fails before any host allocation. */
@@ -195,6 +196,17 @@ static inline __attribute__((always_inline)) ablk *find_fit(arena *a, uint64_t s
   for (ablk *b = a->heads[j]; b && n < SCAN_NEXT; b = b->fnext, n++)
     if (better(b, best)) best = b;
   return best;
+}
+
+/* Where span s goes in free block b: its low end, or, for a span that is a
+ * whole number of granules in a VM region, the first granule boundary in b
+ * when the span still fits after it; so such a block owns whole granules,
+ * and freeing it frees them for any placement or for a trim. */
+static inline uint64_t place_off(const arena *a, const ablk *b, uint64_t s) {
+  uint64_t o = b->s.offset;
+  if (__builtin_expect(s < a->gran || (s & (a->gran - 1)) || !b->rg->vm, 1)) return o;
+  uint64_t al = (o + a->gran - 1) & ~(a->gran - 1);
+  return al - o <= b->s.span - s ? al : o;
 }
 
 /* ---- bitmaps --------------------------------------------------------------------- */

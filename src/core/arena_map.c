@@ -279,14 +279,16 @@ static bool has_room(const arena *a, uint64_t need) {
  * trimming and batching decisions, so a dry run places as an eager run does. */
 int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   region *r = b->rg;
-  uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + s - 1) >> a->gshift;
+  uint64_t o = place_off(a, b, s);
+  uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
   if (bits_all(r->mapped, g0, g1)) {
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
   a->omax = a->oauto && has_room(a, unmapped_in(r, g0, g1)) ? UINT32_MAX : a->ocfg;
-  /* growth batching: extend over unmapped granules wholly inside this free block */
-  uint64_t ext_max = (a->held >> a->gshift) >> EXT_SHIFT;
+  /* growth batching (requests under a granule: a run of them would map one
+   * granule each): extend over unmapped granules wholly inside this free block */
+  uint64_t ext_max = s >= a->gran ? 0 : (a->held >> a->gshift) >> EXT_SHIFT;
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;

@@ -805,6 +805,33 @@ static void vm_auto_dry_run_like_eager(void) {
   cm_manager_destroy(dry);
 }
 
+/* A span of whole granules starts on a granule boundary when its free block
+ * allows (the part below stays free for smaller requests); other spans are
+ * carved from the low end. So freeing it frees whole granules: a trim gives
+ * them back although the neighbours stay. */
+static void placement_whole_granules(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0)); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 4096);
+  cm_handle_t b = res(m, 4 * MiB);
+  EXPECT_EQ(offset_of(m, a), 0);
+  EXPECT_EQ(offset_of(m, b), 2 * MiB);
+  cm_handle_t c = res(m, 4096); /* best fit: the free part below b */
+  EXPECT_EQ(offset_of(m, c), 4096);
+  cm_handle_t d = res(m, 3 * MiB); /* not whole granules: right after b */
+  EXPECT_EQ(offset_of(m, d), 6 * MiB);
+  CHECK_CLEAN(m);
+  uint64_t before = held(m);
+  cm_handle_release(b);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), before - 4 * MiB); /* both of b's granules went back */
+  CHECK_CLEAN(m);
+  cm_handle_release(a);
+  cm_handle_release(c);
+  cm_handle_release(d);
+  cm_manager_destroy(m);
+}
+
 static void segments_dry_run(void) {
   plain *ctx;
   cm_manager_t *m = mk_arena(plain_storage(&ctx));
@@ -1001,6 +1028,7 @@ int main(void) {
   CM_RUN(placement_low_end_and_best_fit);
   CM_RUN(placement_exact_reuse);
   CM_RUN(placement_deterministic);
+  CM_RUN(placement_whole_granules);
   CM_RUN(zero_and_limits);
   CM_RUN(vm_reserved_is_mapped_granules);
   CM_RUN(vm_unmaps_before_growing);
