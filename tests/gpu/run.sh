@@ -18,7 +18,8 @@
 #      devices; without one print "SKIP: no GPU (...)" and exit 0
 #   1. build, Release, plugins included (configure 30 when fresh, build 90;
 #      a carried build is reused)
-#   2. test_cuda with the real-GPU tests (30) and test_ptr (15)
+#   2. test_cuda with the real-GPU tests (25), test_cuda_fake (5) and
+#      test_ptr (15)
 #   3. replay every trace of bench/ (../shared/traces or shared/traces, plus
 #      examples/) under default, subslices and exclusive-pages through
 #      --device cuda:sync (50) and cuda:async (50), and through --device sim
@@ -128,7 +129,7 @@ md "- device: ${GPU:-unknown (no nvidia-smi)}; probe: $PROBE"
 # ---- 2. unit tests on the device -------------------------------------------------
 say "test_cuda"
 md "" "## Unit tests on the device" ""
-run test_cuda 30 "$BUILD/test_cuda"
+run test_cuda 25 "$BUILD/test_cuda"
 RC=$?
 grep -E '^(ok|not ok)|SKIP|FAIL|passed' "$LOGS/test_cuda.log" | tail -n 40
 [[ $RC -eq 0 ]] || fail "test_cuda (exit $RC)"
@@ -138,8 +139,10 @@ if [[ $FAKE == 0 ]]; then
     grep -q "^ok $t\$" "$LOGS/test_cuda.log" || fail "$t did not pass on the GPU"
   done
 fi
+run test_cuda_fake 5 "$BUILD/test_cuda_fake" || fail "test_cuda_fake"
 run test_ptr 15 "$BUILD/test_ptr" || fail "test_ptr"
-block <(grep -hE '^(ok|not ok)|SKIP|FAIL|passed' "$LOGS/test_cuda.log" "$LOGS/test_ptr.log")
+block <(grep -hE '^(ok|not ok)|SKIP|FAIL|passed' "$LOGS/test_cuda.log" "$LOGS/test_cuda_fake.log" \
+  "$LOGS/test_ptr.log")
 
 # ---- 3. replay every trace of bench/ on the device ----------------------------------
 TRACES=()

@@ -1,0 +1,546 @@
+/*
+ * cuda_storage.c - the CUDA device and pinned-host storages (cubemem/cuda.h):
+ * allocation records, the dealloc queue, events, creation and counters. The
+ * virtual memory operations are in cuda_vm.c, the device in cuda.c.
+ *
+ * Storage model. Ids are minted per storage from 1. Each id maps (hash map)
+ * to an entry {pointer, size, kind}; kind says how it was obtained: ZERO (a
+ * zero-byte allocation, no driver call), SYNC (cuMemAlloc), ASYNC
+ * (cuMemAllocAsync), VM (an address reservation with its mappings), HOST
+ * (cuMemAllocHost). Device dealloc only marks the entry and links it into an
+ * intrusive pending list (so dealloc never allocates and never fails); flush
+ * frees the list, each entry the way it was allocated. Pinned dealloc frees at
+ * once. Unmapping VM memory first synchronises the storage's stream, because
+ * work queued on it may still read the pages.
+ * Invariants: every entry is in the map exactly once; pending entries are in
+ * the pending list exactly once; an entry's memory is freed exactly once,
+ * when it leaves the map.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/util.h"
+#include "storage/cuda_internal.h"
+#include "storage/storage_internal.h"
+
+/* Wait for the work that may still use this storage's memory (context
+ * pushed): the storage's stream, or, once its stream was destroyed, the
+ * whole context (work queued on a destroyed stream still runs). */
+CUresult cm__cuda_wait_idle(cuda_storage *s) {
+  return s->retired ? s->dev->api.CtxSynchronize() : s->dev->api.StreamSynchronize(s->stream);
+}
+
+static uint64_t dev_alignment(void *ctx) {
+  (void)ctx;
+  return 512;
+}
+static uint64_t host_alignment(void *ctx) {
+  (void)ctx;
+  return 16;
+}
+
+/* The entry map of a device storage changes under dev->lock, so that a peer
+ * grant (cm_cuda_device_enable_peer_access) can walk it from another thread. */
+static void entries_lock(cuda_storage *s) {
+  if (!s->pinned) pthread_mutex_lock(&s->dev->lock);
+}
+static void entries_unlock(cuda_storage *s) {
+  if (!s->pinned) pthread_mutex_unlock(&s->dev->lock);
+}
+
+static entry *remove_entry(cuda_storage *s, uint64_t id) {
+  entries_lock(s);
+  entry *e = cm__u64map_remove(&s->entries, id);
+  entries_unlock(s);
+  return e;
+}
+
+int cm__cuda_add_entry(cuda_storage *s, entry *e, uint64_t *out_id) {
+  e->id = s->next_id;
+  entries_lock(s);
+  int rc = cm__u64map_put(&s->entries, e->id, e);
+  entries_unlock(s);
+  if (rc != CM_OK) return rc;
+  s->next_id++;
+  *out_id = e->id;
+  return CM_OK;
+}
+
+/* Free the memory of one entry (context pushed by the caller). Returns
+ * CM_ESTORAGE when the driver refused a synchronous free. */
+int cm__cuda_free_entry_memory(cuda_storage *s, entry *e) {
+  const cu_api *a = &s->dev->api;
+  CUresult r = CUDA_SUCCESS;
+  switch (e->kind) {
+    case K_ZERO: break;
+    case K_SYNC: r = a->MemFree(e->ptr); break;
+    case K_ASYNC:
+      /* Stream-ordered free; errors are ignored as the reference does, but
+       * counted. A retired storage's stream is gone: its callers waited for
+       * the context, so a plain free is safe. */
+      if (s->retired) r = a->MemFree(e->ptr);
+      else if (a->MemFreeAsync(e->ptr, s->stream) != CUDA_SUCCESS)
+        atomic_fetch_add(&s->free_errors, 1);
+      break;
+    case K_HOST: r = a->MemFreeHost((void *)(uintptr_t)e->ptr); break;
+    case K_VM:
+      if (cm__cuda_wait_idle(s) != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+      for (size_t i = 0; i < e->nmaps; i++) {
+        if (a->MemUnmap(e->ptr + e->maps[i].offset, e->maps[i].size) != CUDA_SUCCESS ||
+            a->MemRelease(e->maps[i].handle) != CUDA_SUCCESS)
+          atomic_fetch_add(&s->free_errors, 1);
+      }
+      e->nmaps = 0;
+      r = a->MemAddressFree(e->ptr, e->reserved);
+      break;
+  }
+  if (r != CUDA_SUCCESS) {
+    atomic_fetch_add(&s->free_errors, 1);
+    return CM_ESTORAGE;
+  }
+  return CM_OK;
+}
+
+void cm__cuda_destroy_entry(entry *e) {
+  free(e->maps);
+  free(e);
+}
+
+static int dev_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  entry *e = calloc(1, sizeof *e);
+  if (!e) return cm__diag_set(diag, CM_ENOMEM, "out of host memory for an allocation record");
+  e->size = size;
+  if (size == 0) {
+    e->kind = K_ZERO; /* cuMemAlloc(0) fails: a zero-byte allocation needs no memory */
+  } else {
+    if ((uint64_t)(size_t)size != size) {
+      free(e);
+      return cm__diag_set(diag, CM_EOOM, "device out of memory allocating %" PRIu64 " bytes", size);
+    }
+    int rc = cm__cuda_ctx_push(s->dev, diag);
+    if (rc != CM_OK) {
+      free(e);
+      return rc;
+    }
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    bool done = false;
+    if (s->kind == CM_CUDA_ASYNC) {
+      if (s->async_ok && !s->retired) {
+        r = a->MemAllocAsync(&e->ptr, (size_t)size, s->stream);
+        if (r == CUDA_SUCCESS) {
+          e->kind = K_ASYNC;
+          done = true;
+          atomic_fetch_add(&s->async_allocs, 1);
+        }
+      }
+      if (!done) atomic_fetch_add(&s->async_fallbacks, 1);
+    }
+    if (!done) {
+      r = a->MemAlloc(&e->ptr, (size_t)size);
+      if (r == CUDA_SUCCESS) {
+        e->kind = K_SYNC;
+        done = true;
+        atomic_fetch_add(&s->sync_allocs, 1);
+      }
+    }
+    cm__cuda_ctx_pop(s->dev);
+    if (!done) {
+      free(e);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        cm__diag_set(diag, CM_EOOM, "device out of memory allocating %" PRIu64 " bytes", size);
+        if (diag) diag->native = r;
+        return CM_EOOM;
+      }
+      char what[96];
+      snprintf(what, sizeof what, "CUDA allocation of %" PRIu64 " bytes (cuMemAlloc_v2)", size);
+      return cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, what);
+    }
+  }
+  int rc = cm__cuda_add_entry(s, e, out_id);
+  if (rc != CM_OK) {
+    if (e->kind != K_ZERO && cm__cuda_ctx_push(s->dev, NULL) == CM_OK) {
+      (void)cm__cuda_free_entry_memory(s, e);
+      cm__cuda_ctx_pop(s->dev);
+    }
+    free(e);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for an allocation record");
+  }
+  return CM_OK;
+}
+
+static void dev_dealloc(void *ctx, uint64_t id) {
+  cuda_storage *s = ctx;
+  entry *e = cm__u64map_get(&s->entries, id);
+  if (!e || e->pending) return; /* unknown ids are ignored (spec §2) */
+  e->pending = true;
+  e->next = s->pending;
+  s->pending = e;
+  atomic_fetch_add(&s->npending, 1);
+}
+
+static int dev_flush(void *ctx) {
+  cuda_storage *s = ctx;
+  if (!s->pending) return CM_OK;
+  int pushed = cm__cuda_ctx_push(s->dev, NULL);
+  int rc = CM_OK;
+  if (pushed == CM_OK && s->retired && s->dev->api.CtxSynchronize() != CUDA_SUCCESS) {
+    /* Work of the destroyed stream may still use this memory: keep it queued. */
+    cm__cuda_ctx_pop(s->dev);
+    atomic_fetch_add(&s->free_errors, 1);
+    return CM_ESTORAGE;
+  }
+  entry *e = s->pending;
+  s->pending = NULL;
+  while (e) {
+    entry *next = e->next;
+    (void)remove_entry(s, e->id);
+    if (e->kind != K_ZERO) {
+      if (pushed != CM_OK) {
+        atomic_fetch_add(&s->free_errors, 1);
+        rc = CM_ESTORAGE;
+      } else if (cm__cuda_free_entry_memory(s, e) != CM_OK) {
+        rc = CM_ESTORAGE;
+      }
+    }
+    cm__cuda_destroy_entry(e);
+    atomic_fetch_sub(&s->npending, 1);
+    e = next;
+  }
+  if (pushed == CM_OK) cm__cuda_ctx_pop(s->dev);
+  return rc;
+}
+
+static int storage_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
+                       cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  entry *e = cm__u64map_get(&s->entries, id);
+  if (!e)
+    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%" PRIu64 ") in the %s storage", id,
+                        s->pinned ? "cuda-pinned" : "cuda");
+  uint64_t limit = e->kind == K_VM ? e->reserved : e->size;
+  if (offset > limit || size > limit - offset)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "range [%" PRIu64 ", +%" PRIu64 ") is outside StorageId(%" PRIu64
+                        ") of %" PRIu64 " bytes",
+                        offset, size, id, limit);
+  out->addr = e->ptr + offset;
+  out->host = e->kind == K_HOST ? (void *)(uintptr_t)(e->ptr + offset) : NULL;
+  out->size = size;
+  return CM_OK;
+}
+
+static void storage_release(void *ctx) {
+  cuda_storage *s = ctx;
+  if (!s->pinned) {
+    pthread_mutex_lock(&s->dev->lock);
+    if (s->st_prev) s->st_prev->st_next = s->st_next;
+    else s->dev->storages = s->st_next;
+    if (s->st_next) s->st_next->st_prev = s->st_prev;
+    pthread_mutex_unlock(&s->dev->lock);
+  }
+  int pushed = cm__cuda_ctx_push(s->dev, NULL);
+  if (pushed == CM_OK && s->retired && s->dev->api.CtxSynchronize() != CUDA_SUCCESS)
+    atomic_fetch_add(&s->free_errors, 1);
+  bool any_async = false;
+  for (size_t i = 0; i < s->entries.cap; i++) {
+    entry *e = s->entries.slots[i].value;
+    if (!s->entries.slots[i].key || !e) continue;
+    if (pushed == CM_OK && e->kind != K_ZERO) {
+      any_async |= e->kind == K_ASYNC;
+      (void)cm__cuda_free_entry_memory(s, e);
+    }
+    cm__cuda_destroy_entry(e);
+  }
+  cm__u64map_free(&s->entries);
+  /* Let stream-ordered frees complete so the memory is back when we return. */
+  if (pushed == CM_OK) {
+    if (any_async && !s->retired && s->dev->api.StreamSynchronize(s->stream) != CUDA_SUCCESS)
+      atomic_fetch_add(&s->free_errors, 1);
+    cm__cuda_ctx_pop(s->dev);
+  }
+  cm__cuda_device_unref(s->dev);
+  free(s);
+}
+
+/* events */
+static int dev_event_record(void *ctx, void **out_event, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  if (!out_event) return cm__diag_set(diag, CM_EINVAL, "event_record: out_event is NULL");
+  int rc = cm__cuda_ctx_push(s->dev, diag);
+  if (rc != CM_OK) return rc;
+  CUevent ev = NULL;
+  CUresult r = a->EventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    cm__cuda_ctx_pop(s->dev);
+    return cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, "cuEventCreate");
+  }
+  r = a->EventRecord(ev, s->stream);
+  if (r != CUDA_SUCCESS) {
+    (void)a->EventDestroy(ev);
+    cm__cuda_ctx_pop(s->dev);
+    return cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, "cuEventRecord");
+  }
+  cm__cuda_ctx_pop(s->dev);
+  *out_event = ev;
+  return CM_OK;
+}
+
+static int dev_event_query(void *ctx, void *event) {
+  cuda_storage *s = ctx;
+  if (!event) return CM_EINVAL;
+  if (cm__cuda_ctx_push(s->dev, NULL) != CM_OK) return CM_ESTORAGE;
+  CUresult r = s->dev->api.EventQuery((CUevent)event);
+  cm__cuda_ctx_pop(s->dev);
+  if (r == CUDA_SUCCESS) return 1;
+  if (r == CUDA_ERROR_NOT_READY) return 0;
+  return CM_ESTORAGE;
+}
+
+static int dev_event_sync(void *ctx, void *event) {
+  cuda_storage *s = ctx;
+  if (!event) return CM_EINVAL;
+  if (cm__cuda_ctx_push(s->dev, NULL) != CM_OK) return CM_ESTORAGE;
+  CUresult r = s->dev->api.EventSynchronize((CUevent)event);
+  cm__cuda_ctx_pop(s->dev);
+  return r == CUDA_SUCCESS ? CM_OK : CM_ESTORAGE;
+}
+
+static void dev_event_destroy(void *ctx, void *event) {
+  cuda_storage *s = ctx;
+  if (!event) return;
+  if (cm__cuda_ctx_push(s->dev, NULL) != CM_OK) return;
+  (void)s->dev->api.EventDestroy((CUevent)event);
+  cm__cuda_ctx_pop(s->dev);
+}
+
+static int dev_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
+  cuda_storage *s = ctx;
+  return cm_cuda_device_mem_info(s->dev, free_bytes, total_bytes, NULL);
+}
+
+static const cm_storage_ops_t k_cuda_ops = {
+    .name = "cuda",
+    .mem_info = dev_mem_info,
+    .alignment = dev_alignment,
+    .alloc = dev_alloc,
+    .dealloc = dev_dealloc,
+    .flush = dev_flush,
+    .get = storage_get,
+    .release = storage_release,
+    .event_record = dev_event_record,
+    .event_query = dev_event_query,
+    .event_sync = dev_event_sync,
+    .event_destroy = dev_event_destroy,
+    .vm_granularity = cm__cuda_vm_granularity,
+    .vm_reserve = cm__cuda_vm_reserve,
+    .vm_map = cm__cuda_vm_map,
+    .vm_unmap = cm__cuda_vm_unmap,
+    .vm_release = cm__cuda_vm_release,
+};
+
+/* pinned host memory */
+static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  entry *e = calloc(1, sizeof *e);
+  if (!e) return cm__diag_set(diag, CM_ENOMEM, "out of host memory for an allocation record");
+  e->size = size;
+  e->kind = K_ZERO;
+  if (size > 0) {
+    if ((uint64_t)(size_t)size != size) {
+      free(e);
+      return cm__diag_set(diag, CM_EOOM, "pinned host memory exhausted allocating %" PRIu64 " bytes",
+                          size);
+    }
+    int rc = cm__cuda_ctx_push(s->dev, diag);
+    if (rc != CM_OK) {
+      free(e);
+      return rc;
+    }
+    void *p = NULL;
+    CUresult r = a->MemAllocHost(&p, (size_t)size);
+    cm__cuda_ctx_pop(s->dev);
+    if (r != CUDA_SUCCESS) {
+      free(e);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        cm__diag_set(diag, CM_EOOM, "pinned host memory exhausted allocating %" PRIu64 " bytes",
+                     size);
+        if (diag) diag->native = r;
+        return CM_EOOM;
+      }
+      char d[256];
+      cm__cuda_describe(a, r, d, sizeof d);
+      cm__diag_set(diag, CM_ESTORAGE, "cuMemAllocHost_v2 failed with error code: %s", d);
+      if (diag) diag->native = r;
+      return CM_ESTORAGE;
+    }
+    e->ptr = (CUdeviceptr)(uintptr_t)p;
+    e->kind = K_HOST;
+  }
+  int rc = cm__cuda_add_entry(s, e, out_id);
+  if (rc != CM_OK) {
+    if (e->kind == K_HOST && cm__cuda_ctx_push(s->dev, NULL) == CM_OK) {
+      (void)a->MemFreeHost((void *)(uintptr_t)e->ptr);
+      cm__cuda_ctx_pop(s->dev);
+    }
+    free(e);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for an allocation record");
+  }
+  return CM_OK;
+}
+
+static void host_dealloc(void *ctx, uint64_t id) {
+  cuda_storage *s = ctx;
+  entry *e = remove_entry(s, id);
+  if (!e) return;
+  if (e->kind == K_HOST) {
+    if (cm__cuda_ctx_push(s->dev, NULL) == CM_OK) {
+      (void)cm__cuda_free_entry_memory(s, e);
+      cm__cuda_ctx_pop(s->dev);
+    } else {
+      atomic_fetch_add(&s->free_errors, 1);
+    }
+  }
+  cm__cuda_destroy_entry(e);
+}
+
+static const cm_storage_ops_t k_pinned_ops = {
+    .name = "cuda-pinned",
+    .alignment = host_alignment,
+    .alloc = host_alloc,
+    .dealloc = host_dealloc,
+    .flush = NULL,
+    .get = storage_get,
+    .release = storage_release,
+};
+
+static int make_storage(cm_cuda_device_t *dev, void *stream, cm_cuda_allocator_t kind, bool pinned,
+                        cm_storage_t **out, cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "CUDA storage: out is NULL");
+  *out = NULL;
+  if (!dev) return cm__diag_set(diag, CM_EINVAL, "CUDA storage: device is NULL");
+  if (kind != CM_CUDA_SYNC && kind != CM_CUDA_ASYNC)
+    return cm__diag_set(diag, CM_EINVAL, "CUDA storage: unknown allocator kind %d", (int)kind);
+  cuda_storage *s = calloc(1, sizeof *s);
+  if (!s) return cm__diag_set(diag, CM_ENOMEM, "out of host memory creating a CUDA storage");
+  s->dev = dev;
+  s->stream = (CUstream)stream;
+  s->kind = kind;
+  s->pinned = pinned;
+  s->next_id = 1;
+  cm__u64map_init(&s->entries);
+  if (!pinned) {
+    const cu_api *a = &dev->api;
+    s->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    s->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    s->prop.location.id = dev->ordinal; /* a device ordinal, as CUmemLocation requires */
+    s->async_ok = dev->mempool && a->MemAllocAsync && a->MemFreeAsync;
+    if (dev->vmm && a->MemAddressReserve && a->MemAddressFree && a->MemCreate && a->MemRelease &&
+        a->MemMap && a->MemUnmap && a->MemSetAccess && a->MemGetAllocationGranularity) {
+      size_t g = 0;
+      CUresult r = a->MemGetAllocationGranularity(&g, &s->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+      if (r != CUDA_SUCCESS) {
+        free(s);
+        return cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, "cuMemGetAllocationGranularity");
+      }
+      if (g && !(g & (g - 1))) s->granularity = g; /* else: no usable VM granule, no VM */
+    }
+  }
+  cm_storage_t *st = NULL;
+  int rc = cm_storage_create(pinned ? &k_pinned_ops : &k_cuda_ops, s, &st);
+  if (rc != CM_OK) {
+    free(s);
+    return cm__diag_set(diag, rc, "cannot wrap the CUDA storage: %s", cm_strerror(rc));
+  }
+  cm_storage_set_timing(st, true); /* report time spent in the driver (stats time_ns) */
+  cm__cuda_device_ref(dev);
+  if (!pinned) {
+    pthread_mutex_lock(&dev->lock);
+    s->st_next = dev->storages;
+    if (dev->storages) dev->storages->st_prev = s;
+    dev->storages = s;
+    pthread_mutex_unlock(&dev->lock);
+  }
+  *out = st;
+  return CM_OK;
+}
+
+int cm_cuda_storage_create(cm_cuda_device_t *dev, void *stream, cm_cuda_allocator_t kind,
+                           cm_storage_t **out, cm_diag_t *diag) {
+  return make_storage(dev, stream, kind, false, out, diag);
+}
+
+int cm_cuda_pinned_storage_create(cm_cuda_device_t *dev, cm_storage_t **out, cm_diag_t *diag) {
+  return make_storage(dev, NULL, CM_CUDA_SYNC, true, out, diag);
+}
+
+int cm_cuda_storage_factory(void *arg, void *stream, cm_storage_t **out, cm_diag_t *diag) {
+  const cm_cuda_factory_t *f = arg;
+  if (!f) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_storage_factory: arg is NULL");
+  return cm_cuda_storage_create(f->device, stream, f->kind, out, diag);
+}
+int cm_cuda_storage_open_default(cm_cuda_allocator_t kind, cm_storage_t **out,
+                                 cm_device_props_t *props, cm_diag_t *diag) {
+  if (!out) return cm__diag_set(diag, CM_EINVAL, "cm_cuda_storage_open_default: out is NULL");
+  *out = NULL;
+  cm_cuda_device_t *dev = NULL;
+  int rc = cm_cuda_device_open_default(&dev, diag);
+  if (rc != CM_OK) return rc;
+  rc = cm_cuda_storage_create(dev, NULL, kind, out, diag);
+  if (rc == CM_OK && props) *props = cm_cuda_device_props(dev);
+  cm_cuda_device_close(dev); /* the storage keeps its own reference */
+  return rc;
+}
+
+int cm_cuda_allocator_parse(const char *text, cm_cuda_allocator_t *out) {
+  if (!text || !out) return CM_EINVAL;
+  if (strcasecmp(text, "sync") == 0) {
+    *out = CM_CUDA_SYNC;
+    return CM_OK;
+  }
+  if (strcasecmp(text, "async") == 0) {
+    *out = CM_CUDA_ASYNC;
+    return CM_OK;
+  }
+  return CM_EINVAL;
+}
+
+const char *cm_cuda_allocator_name(cm_cuda_allocator_t kind) {
+  return kind == CM_CUDA_ASYNC ? "async" : "sync";
+}
+
+void cm_cuda_storage_counters(const cm_storage_t *storage, cm_cuda_storage_counters_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!storage || storage->ops != &k_cuda_ops) return;
+  const cuda_storage *s = storage->ctx;
+  out->async_allocs = atomic_load(&s->async_allocs);
+  out->sync_allocs = atomic_load(&s->sync_allocs);
+  out->async_fallbacks = atomic_load(&s->async_fallbacks);
+  out->free_errors = atomic_load(&s->free_errors);
+  out->pending = atomic_load(&s->npending);
+  out->vm_granularity = s->granularity;
+  out->async_supported = s->async_ok;
+  out->retired = s->retired;
+}
+
+/* ---- stream lifetime ---------------------------------------------------------- */
+
+void cm_cuda_storage_retire(cm_storage_t *storage) {
+  if (!storage || storage->ops != &k_cuda_ops) return;
+  cuda_storage *s = storage->ctx;
+  s->retired = true;
+}
+
+void cm_cuda_storage_retire_fn(void *arg, cm_storage_t *storage) {
+  (void)arg;
+  cm_cuda_storage_retire(storage);
+}
