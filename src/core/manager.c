@@ -36,7 +36,7 @@ cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
   cm_desc_t *d = cm__desc_new_owned(&p->m->inbox);
   if (!d) return NULL;
   d->slice = s;
-  d->mgr = p->m;
+  d->owner = &p->m->inbox;
   d->init = true;
   s->desc = d;
   return d;
@@ -264,6 +264,8 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   m->log_level = cm_logger_level(cfg->logger);
   m->lazy_next_id = UINT64_MAX;
   atomic_init(&m->inbox.head, NULL);
+  m->inbox.owner_name = m->name;
+  m->inbox.logger = m->logger;
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else
@@ -528,7 +530,7 @@ static int lookup(cm_manager_t *m, cm_desc_t *d, cm__slice **out, cm_diag_t *dia
   if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
   if (!d) return cm__diag_set(diag, CM_EINVAL, "empty handle or binding");
   if (!d->init) return cm__diag_set(diag, CM_ENOTFOUND, "Memory location was never initialized");
-  if (d->mgr != m)
+  if (d->owner != &m->inbox)
     return cm__diag_set(diag, CM_ENOTFOUND,
                         "Memory location belongs to another memory manager");
   if (!d->slice || d->slice->desc != d)
@@ -607,7 +609,7 @@ static int bind_impl(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned
     cm__desc_detach(d);
     cm__desc_attach(a, &m->inbox);
     a->slice = s;
-    a->mgr = m;
+    a->owner = &m->inbox;
     a->init = true;
     s->desc = a;
   }
