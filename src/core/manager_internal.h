@@ -30,7 +30,7 @@ struct cm_manager {
   /* dry runs (spec §6) */
   uint64_t dry_runs;
   uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down */
-  /* totals */
+  /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */
   uint64_t reserved_total, reserved_peak;
 };
 
