@@ -15,11 +15,11 @@
  *  M1 reserved_total == sum of pools' usage.bytes_reserved
  *  M2 each pool's incremental usage == usage recomputed from its structures
  *  M3 every used slice's descriptor points back at the slice
- * Accounting: pools keep their own (pool.h); the manager marks slices used /
- * free through pool.h's helpers and derives its totals from the pools
- * (take_reserved).
+ * Boundary: pools are built with the manager's cm__pool_ctx and keep their
+ * own accounting (pool.h); the manager marks slices used / free through
+ * pool.h's helpers and derives its totals from the pools (take_reserved).
  * Locking: none inside; the caller serialises manager calls (memory.h).
- * Exports: cm_manager_* (public), helpers of pool.h/manager_internal.h.
+ * Exports: cm_manager_* (public), cm__manager_drain (manager_internal.h).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -30,22 +30,6 @@
 #include "core/layout.h"
 #include "core/manager_internal.h"
 #include "storage/storage_internal.h"
-
-/* ---- helpers for pools ----------------------------------------------------- */
-
-cm_storage_t *cm__pool_storage(cm__pool *p) { return p->m->storage; }
-
-cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
-  cm_desc_t *d = cm__desc_new_owned(&p->m->inbox);
-  if (!d) return NULL;
-  d->slice = s;
-  d->owner = &p->m->inbox;
-  d->init = true;
-  s->desc = d;
-  return d;
-}
-
-uint64_t cm__manager_lazy_id(struct cm_manager *m) { return m->lazy_next_id--; }
 
 /* ---- pools ----------------------------------------------------------------- */
 
@@ -188,10 +172,10 @@ void cm_manager_config_init(cm_manager_config_t *cfg) {
 
 static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, cm__pool **out) {
   switch (o->kind) {
-    case CM_POOL_SLICED: return cm__pool_sliced_new(m, o, pos, out);
-    case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(m, o, pos, out);
-    case CM_POOL_DIRECT: return cm__pool_direct_new(m, o, pos, out);
-    case CM_POOL_ARENA: return cm__pool_arena_new(m, o, pos, out);
+    case CM_POOL_SLICED: return cm__pool_sliced_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_DIRECT: return cm__pool_direct_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_ARENA: return cm__pool_arena_new(&m->pool_ctx, o, pos, out);
     case CM_POOL_PERSISTENT: break; /* not a dynamic pool (cm_pools_resolve refuses it) */
   }
   return CM_EINVAL;
@@ -243,6 +227,13 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   atomic_init(&m->inbox.head, NULL);
   m->inbox.owner_name = m->name;
   m->inbox.logger = m->logger;
+  m->pool_ctx = (cm__pool_ctx){.storage = storage,
+                               .alignment = m->props.alignment,
+                               .max_page_size = m->props.max_page_size,
+                               .inbox = &m->inbox,
+                               .lazy_ids = &m->lazy_next_id,
+                               .dry_runs = &m->dry_runs,
+                               .reserve_clock = &m->alloc_reserve_count};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else
@@ -259,7 +250,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
     }
     list = preset;
   }
-  int rc = cm__pool_persistent_new(m, &m->persistent);
+  int rc = cm__pool_persistent_new(&m->pool_ctx, &m->persistent);
   if (rc == CM_OK) rc = build_pools(m, list, n, m->pools, diag);
   if (rc != CM_OK) {
     if (m->persistent) m->persistent->vt->destroy(m->persistent);

@@ -2,6 +2,12 @@
  * pool.h - the internal pool interface (spec §4.0) shared by the manager and
  * every pool kind (sliced, exclusive, direct, persistent, arena).
  *
+ * Layers: manager -> pool -> storage. The manager (manager.c) builds each
+ * pool with a cm__pool_ctx and calls it through its vtable; a pool sees only
+ * that context, the storage and the descriptors (desc.h), never the manager:
+ * no pool file includes the manager's state header or calls a cm__manager_*
+ * function.
+ *
  * Division of labour:
  *  - The MANAGER owns routing, handles and the freed inbox. It hands a slice
  *    out with cm__pool_mark_used and takes a released one back with
@@ -27,8 +33,20 @@
 #include "cubemem/memory.h"
 #include "storage/storage_internal.h"
 
-struct cm_manager;
 typedef struct cm__pool cm__pool;
+
+/* What a pool uses of its owner, given at construction (the pool keeps a
+ * copy). The pointers point into owner state that outlives the pool; the
+ * pool only reads them, except lazy_ids, from which it mints ids. */
+typedef struct cm__pool_ctx {
+  cm_storage_t *storage;         /* borrowed: where the pool's memory comes from */
+  uint64_t alignment;            /* device alignment (>= 1) */
+  uint64_t max_page_size;        /* the device's max_page_size (persistent, arena regions) */
+  cm__inbox *inbox;              /* the owner's freed inbox: slices' descriptors belong to it */
+  uint64_t *lazy_ids;            /* next id for lazily reserved memory (counts down, shared) */
+  const uint64_t *dry_runs;      /* open dry runs (spec §6); > 0: memory is reserved lazily */
+  const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
+} cm__pool_ctx;
 
 typedef struct cm__slice {
   cm_desc_t *desc;     /* owned descriptor (its OWNED bit is set) */
@@ -87,7 +105,7 @@ typedef struct cm__pool_vt {
 
 struct cm__pool {
   const cm__pool_vt *vt;
-  struct cm_manager *m;
+  cm__pool_ctx ctx;       /* what the pool may use of its owner */
   uint8_t position;       /* routing position / CM_PERSISTENT_POOL */
   cm_pool_options_t opts; /* effective options */
   uint64_t alignment;     /* pool alignment (>= 1) */
@@ -102,23 +120,36 @@ struct cm__pool {
   uint64_t next_cleanup;
 };
 
-/* ---- constructors (one per kind) ---- */
-int cm__pool_sliced_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+/* ---- constructors (one per kind; each copies *ctx) ---- */
+int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
-int cm__pool_exclusive_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_exclusive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                            cm__pool **out);
-int cm__pool_direct_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_direct_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
-int cm__pool_persistent_new(struct cm_manager *m, cm__pool **out);
-int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_persistent_new(const cm__pool_ctx *ctx, cm__pool **out);
+int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 
-/* ---- helpers provided by the manager (manager.c) ---- */
-cm_storage_t *cm__pool_storage(cm__pool *p);
-/* New owned descriptor for slice s (sets desc->slice/owner/init). NULL on OOM. */
-cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s);
+/* ---- helpers of every pool (the pool's own state and context only) ---- */
 
-/* ---- helpers of every pool (the pool's own state only) ---- */
+/* The storage the pool allocates from. */
+static inline cm_storage_t *cm__pool_storage(cm__pool *p) { return p->ctx.storage; }
+
+/* Mint an id for lazily reserved memory (unique across the owner's pools). */
+static inline uint64_t cm__pool_lazy_id(cm__pool *p) { return (*p->ctx.lazy_ids)--; }
+
+/* New owned descriptor for slice s, owned through the context's inbox (sets
+ * desc->slice/owner/init and s->desc). NULL on host OOM (s unchanged). */
+static inline cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
+  cm_desc_t *d = cm__desc_new_owned(p->ctx.inbox);
+  if (!d) return NULL;
+  d->slice = s;
+  d->owner = p->ctx.inbox;
+  d->init = true;
+  s->desc = d;
+  return d;
+}
 
 /* bytes_reserved += delta (may be negative), with the peak and the
  * high-water mark since the last cm__pool_reserved_take. */
