@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/manager_internal.h"
+#include "core/pool.h"
 #include "storage/storage_internal.h"
 
 #define SLB 3u
@@ -114,7 +114,7 @@ typedef struct arena {
 static inline arena *AR(cm__pool *p) { return (arena *)p; }
 static inline ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
 /* Is a dry run open on the manager (spec §6)? */
-static inline bool dry_run(const arena *a) { return a->base.m->dry_runs > 0; }
+static inline bool dry_run(const arena *a) { return *a->base.ctx.dry_runs > 0; }
 
 /* ---- bins -------------------------------------------------------------------- */
 

@@ -7,12 +7,10 @@
  * Exports: every cm_handle_* / cm_binding_* function, cm__desc_* helpers.
  */
 #include <inttypes.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "core/desc.h"
-#include "core/manager_internal.h"
 
 static _Atomic uint64_t g_next_desc_id = 1; /* ids only: never reused state */
 static _Atomic uint64_t g_dead_releases;    /* double releases, process-wide */
@@ -46,15 +44,13 @@ static void dead_release(cm_desc_t *d, uint64_t old, bool handle) {
   if (in) atomic_fetch_add_explicit(&in->dead_releases, 1, memory_order_relaxed);
   int lvl = cm_debug_level();
   if (lvl <= 0) return;
-  struct cm_manager *m =
-      in ? (struct cm_manager *)(void *)((char *)in - offsetof(struct cm_manager, inbox)) : NULL;
   char msg[256];
   snprintf(msg, sizeof msg,
            "cubemem: double release: %s of descriptor %" PRIu64
            " released after its last reference was gone%s%s%s; the release was ignored",
-           handle ? "a handle" : "a binding", d->id, m ? " (manager '" : "", m ? m->name : "",
-           m ? "')" : "");
-  if (m && m->logger) cm_logger_warn(m->logger, msg);
+           handle ? "a handle" : "a binding", d->id, in ? " (manager '" : "",
+           in ? in->owner_name : "", in ? "')" : "");
+  if (in && in->logger) cm_logger_warn(in->logger, msg);
   else fprintf(stderr, "%s\n", msg); /* asked for by the debug level */
   if (lvl >= 2) abort();
 }

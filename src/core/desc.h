@@ -37,13 +37,16 @@
 #define CM__RC_ONE 4ull
 
 struct cm__slice;
-struct cm_manager;
 
+/* One per manager: its address is the manager's identity in descriptors. */
 typedef struct cm__inbox {
   _Atomic(cm_desc_t *) head; /* Treiber stack of descriptors whose rc reached 0 */
   /* releases of a reference whose descriptor had rc 0 already (double
    * releases), ignored and counted; cm_manager_check reports them */
   _Atomic uint64_t dead_releases;
+  /* set before any descriptor is owned, immutable after: for messages */
+  const char *owner_name; /* the manager's name */
+  cm_logger_t *logger;    /* borrowed: the manager's logger, NULL: none */
 } cm__inbox;
 
 struct cm_desc {
@@ -54,7 +57,7 @@ struct cm_desc {
   uint64_t id;                      /* descriptor id (process-wide counter) */
   /* --- owner-thread fields --- */
   struct cm__slice *slice;          /* owning slice, NULL when stale/unplaced */
-  struct cm_manager *mgr;           /* owning manager, NULL when never placed */
+  const cm__inbox *owner;           /* owning manager's inbox, NULL when never placed */
   bool init;                        /* ever placed */
 };
 

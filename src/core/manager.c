@@ -15,8 +15,11 @@
  *  M1 reserved_total == sum of pools' usage.bytes_reserved
  *  M2 each pool's incremental usage == usage recomputed from its structures
  *  M3 every used slice's descriptor points back at the slice
+ * Boundary: pools are built with the manager's cm__pool_ctx and keep their
+ * own accounting (pool.h); the manager marks slices used / free through
+ * pool.h's helpers and derives its totals from the pools (take_reserved).
  * Locking: none inside; the caller serialises manager calls (memory.h).
- * Exports: cm_manager_* (public), helpers of pool.h/manager_internal.h.
+ * Exports: cm_manager_* (public), cm__manager_drain (manager_internal.h).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -28,37 +31,29 @@
 #include "core/manager_internal.h"
 #include "storage/storage_internal.h"
 
-/* ---- helpers for pools ----------------------------------------------------- */
-
-cm_storage_t *cm__pool_storage(cm__pool *p) { return p->m->storage; }
-
-cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
-  cm_desc_t *d = cm__desc_new_owned(&p->m->inbox);
-  if (!d) return NULL;
-  d->slice = s;
-  d->mgr = p->m;
-  d->init = true;
-  s->desc = d;
-  return d;
-}
-
-void cm__pool_reserved_add(cm__pool *p, int64_t delta) {
-  p->usage.bytes_reserved += (uint64_t)delta;
-  if (p->usage.bytes_reserved > p->reserved_peak) p->reserved_peak = p->usage.bytes_reserved;
-  struct cm_manager *m = p->m;
-  m->reserved_total += (uint64_t)delta;
-  if (m->reserved_total > m->reserved_peak) m->reserved_peak = m->reserved_total;
-}
-
-void cm__pool_pages_add(cm__pool *p, int64_t delta) {
-  p->pages += (uint64_t)delta;
-  if (p->pages > p->pages_peak) p->pages_peak = p->pages;
-}
-
-uint64_t cm__manager_lazy_id(struct cm_manager *m) { return m->lazy_next_id--; }
+/* ---- pools ----------------------------------------------------------------- */
 
 static cm__pool *pool_of(cm_manager_t *m, const cm__slice *s) {
   return s->pool == CM_PERSISTENT_POOL ? m->persistent : m->pools[s->pool];
+}
+
+/* Fold pool p's reserved-bytes change since the last take into the totals;
+ * called after every pool call that may change them (pool.h's vtable). The
+ * other pools did not change meanwhile, so the pool's high-water mark gives
+ * the highest total reached during the call: the peak stays exact. Out of
+ * line, so the reservation fast path keeps its registers. */
+static __attribute__((noinline)) void take_reserved(cm_manager_t *m, cm__pool *p) {
+  cm__reserved_change c = cm__pool_reserved_take(p);
+  uint64_t others = m->reserved_total - c.before;
+  if (others + c.high > m->reserved_peak) m->reserved_peak = others + c.high;
+  m->reserved_total = others + c.now;
+}
+
+/* Destroy pool p, taking its reserved bytes out of the totals. */
+static void drop_pool(cm_manager_t *m, cm__pool *p) {
+  take_reserved(m, p);
+  m->reserved_total -= p->usage.bytes_reserved;
+  p->vt->destroy(p);
 }
 
 /* ---- logging ----------------------------------------------------------------- */
@@ -97,40 +92,6 @@ static void log_pools(cm_manager_t *m) {
 
 /* ---- slices handed out / freed ----------------------------------------------- */
 
-/* Under ASan: the requested bytes of a handed-out slice are addressable, the
- * bytes of a freed (cached) slice are not, through the storage's optional
- * poison op (the host storage's). Release builds make no call. */
-static void asan_mark(cm_manager_t *m, const cm__slice *s, uint64_t n, bool poison) {
-#ifdef CM_ASAN
-  if (s->mapped && n) cm__storage_poison(m->storage, s->storage_id, s->offset, n, poison);
-#else
-  (void)m;
-  (void)s;
-  (void)n;
-  (void)poison;
-#endif
-}
-
-static void mark_used(cm__pool *p, cm__slice *s, uint64_t size) {
-  uint64_t pad = cm__pad(size, p->alignment);
-  s->size = size;
-  s->padding = pad;
-  s->used = 1;
-  asan_mark(p->m, s, size, false);
-  p->usage.number_allocs++;
-  p->usage.bytes_in_use += size;
-  p->usage.bytes_padding += pad;
-  if (size > p->largest_alloc) p->largest_alloc = size;
-}
-
-static void mark_free(cm__pool *p, cm__slice *s) {
-  s->used = 0;
-  asan_mark(p->m, s, s->span, true);
-  p->usage.number_allocs--;
-  p->usage.bytes_in_use -= s->size;
-  p->usage.bytes_padding -= s->padding;
-}
-
 void cm__manager_drain(cm_manager_t *m) {
   cm_desc_t *d = cm__inbox_take(&m->inbox);
   while (d) {
@@ -138,7 +99,7 @@ void cm__manager_drain(cm_manager_t *m) {
     cm__slice *s = d->slice;
     if (cm__desc_drained(d) && s && s->used) {
       cm__pool *p = pool_of(m, s);
-      mark_free(p, s);
+      cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
     }
     d = next;
@@ -150,9 +111,9 @@ static int slice_handle(cm_manager_t *m, cm__pool *p, cm__slice *s, cm_handle_t 
   if (!s->desc && !cm__slice_new_desc(p, s)) return CM_ENOMEM;
   if (!s->used) {
     p->vt->take_free(p, s);
-    mark_used(p, s, s->size);
+    take_reserved(m, p);
+    cm__pool_mark_used(p, s, s->size);
   }
-  (void)m;
   *out = cm__desc_take_handle(s->desc);
   return CM_OK;
 }
@@ -191,7 +152,7 @@ static int hand_out(cm_manager_t *m, cm__pool *p, cm__slice *s, uint64_t size, c
     p->vt->on_free(p, s); /* give it back untouched */
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a descriptor");
   }
-  mark_used(p, s, size);
+  cm__pool_mark_used(p, s, size);
   *out = cm__desc_take_handle(s->desc);
   return CM_OK;
 }
@@ -211,10 +172,10 @@ void cm_manager_config_init(cm_manager_config_t *cfg) {
 
 static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, cm__pool **out) {
   switch (o->kind) {
-    case CM_POOL_SLICED: return cm__pool_sliced_new(m, o, pos, out);
-    case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(m, o, pos, out);
-    case CM_POOL_DIRECT: return cm__pool_direct_new(m, o, pos, out);
-    case CM_POOL_ARENA: return cm__pool_arena_new(m, o, pos, out);
+    case CM_POOL_SLICED: return cm__pool_sliced_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_DIRECT: return cm__pool_direct_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_ARENA: return cm__pool_arena_new(&m->pool_ctx, o, pos, out);
     case CM_POOL_PERSISTENT: break; /* not a dynamic pool (cm_pools_resolve refuses it) */
   }
   return CM_EINVAL;
@@ -264,6 +225,15 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   m->log_level = cm_logger_level(cfg->logger);
   m->lazy_next_id = UINT64_MAX;
   atomic_init(&m->inbox.head, NULL);
+  m->inbox.owner_name = m->name;
+  m->inbox.logger = m->logger;
+  m->pool_ctx = (cm__pool_ctx){.storage = storage,
+                               .alignment = m->props.alignment,
+                               .max_page_size = m->props.max_page_size,
+                               .inbox = &m->inbox,
+                               .lazy_ids = &m->lazy_next_id,
+                               .dry_runs = &m->dry_runs,
+                               .reserve_clock = &m->alloc_reserve_count};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else
@@ -280,7 +250,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
     }
     list = preset;
   }
-  int rc = cm__pool_persistent_new(m, &m->persistent);
+  int rc = cm__pool_persistent_new(&m->pool_ctx, &m->persistent);
   if (rc == CM_OK) rc = build_pools(m, list, n, m->pools, diag);
   if (rc != CM_OK) {
     if (m->persistent) m->persistent->vt->destroy(m->persistent);
@@ -322,11 +292,15 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
   if (explicit_cleanup && LOG_ON(m, CM_LOG_BASIC))
     cm_logger_write(m->logger, CM_LOG_BASIC, "Manual memory cleanup ...");
   if (m->capturing) return;
-  if (explicit_cleanup)
+  if (explicit_cleanup) {
     m->persistent->vt->cleanup(m->persistent, m->alloc_reserve_count, true, serving);
-  for (size_t i = 0; i < m->npools; i++)
+    take_reserved(m, m->persistent);
+  }
+  for (size_t i = 0; i < m->npools; i++) {
     m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
                              i == target ? serving : UINT64_MAX);
+    take_reserved(m, m->pools[i]);
+  }
   update_next_cleanup(m);
   if (cm__storage_pending(m->storage) || explicit_cleanup) cm_storage_flush(m->storage);
 }
@@ -388,6 +362,7 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
     return CM_OK;
   }
   int rc = p->vt->alloc(p, size, eff, lazy, &s, diag);
+  take_reserved(m, p);
   if (rc == CM_OK) rc = hand_out(m, p, s, size, out, diag);
   if (LOG_ON(m, CM_LOG_BASIC)) {
     char prefix[256];
@@ -417,6 +392,7 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
     cm_diag_t d3;
     cm_diag_clear(&d3);
     rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
+    take_reserved(m, p);
     if (rc != CM_OK) *d2 = d3;
   }
   if (LOG_ON(m, CM_LOG_BASIC)) {
@@ -479,6 +455,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
+    take_reserved(m, p);
     if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
     if (rc == CM_OK) {
       rc = hand_out(m, p, s, size, out, diag);
@@ -528,7 +505,7 @@ static int lookup(cm_manager_t *m, cm_desc_t *d, cm__slice **out, cm_diag_t *dia
   if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
   if (!d) return cm__diag_set(diag, CM_EINVAL, "empty handle or binding");
   if (!d->init) return cm__diag_set(diag, CM_ENOTFOUND, "Memory location was never initialized");
-  if (d->mgr != m)
+  if (d->owner != &m->inbox)
     return cm__diag_set(diag, CM_ENOTFOUND,
                         "Memory location belongs to another memory manager");
   if (!d->slice || d->slice->desc != d)
@@ -567,11 +544,12 @@ int cm_manager_get_storage(cm_manager_t *m, cm_binding_t b, cm_storage_handle_t 
   if (!s->mapped) {
     cm__pool *p = pool_of(m, s);
     rc = p->vt->materialize(p, s, diag);
+    take_reserved(m, p);
     if (rc) return rc;
   }
   /* A live slice's bytes are addressable, also when its memory was backed
    * later (a lazily reserved page materialised through a neighbour). */
-  if (s->used) asan_mark(m, s, s->size, false);
+  if (s->used) cm__pool_asan_mark(pool_of(m, s), s, s->size, false);
   if (out) *out = (cm_storage_handle_t){s->storage_id, s->offset, s->size};
   return CM_OK;
 }
@@ -607,7 +585,7 @@ static int bind_impl(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned
     cm__desc_detach(d);
     cm__desc_attach(a, &m->inbox);
     a->slice = s;
-    a->mgr = m;
+    a->owner = &m->inbox;
     a->init = true;
     s->desc = a;
   }
@@ -672,7 +650,7 @@ static int install_pools_impl(cm_manager_t *m, const cm_pool_options_t *pools, s
   cm__pool *fresh[CM_MAX_DYNAMIC_POOLS];
   int rc = build_pools(m, pools, n, fresh, diag);
   if (rc) return rc;
-  for (size_t i = 0; i < m->npools; i++) m->pools[i]->vt->destroy(m->pools[i]);
+  for (size_t i = 0; i < m->npools; i++) drop_pool(m, m->pools[i]);
   memcpy(m->pools, fresh, n * sizeof fresh[0]);
   m->npools = n;
   update_next_cleanup(m);

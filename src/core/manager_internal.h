@@ -1,4 +1,16 @@
-/* manager_internal.h - the memory manager's state (see manager.c). */
+/*
+ * manager_internal.h - the memory manager's state (see manager.c), for the
+ * files that are the manager: manager.c and format.c (its display).
+ *
+ * Boundary: the manager sits above the pools (pool.h) and the storage. It
+ * gives every pool a cm__pool_ctx (pool_ctx below: the storage, the device
+ * alignment and max page size, the freed inbox, and pointers to its lazy-id
+ * counter, its dry-run depth and its reservation clock) and nothing else; no
+ * pool includes this header or calls back into the manager. The pools keep
+ * their own accounting; reserved_total / reserved_peak here are derived from
+ * it after each pool call that may change reserved bytes (take_reserved in
+ * manager.c).
+ */
 #ifndef CM_CORE_MANAGER_INTERNAL_H
 #define CM_CORE_MANAGER_INTERNAL_H
 
@@ -9,11 +21,12 @@ struct cm_manager {
   bool debug_checks;           /* debug level 3: check invariants after mutating calls */
   cm_storage_t *storage;       /* owned */
   cm_device_props_t props;     /* alignment >= 1 */
+  cm__pool_ctx pool_ctx;       /* what every pool is built with (see pool.h) */
   cm__pool *pools[CM_MAX_DYNAMIC_POOLS];
   size_t npools;
   cm__pool *persistent;        /* always present, position 255 */
   cm__inbox inbox;             /* descriptors released from any thread */
-  uint64_t alloc_reserve_count;
+  uint64_t alloc_reserve_count; /* reservations so far; the pools read it (pool_ctx) */
   cm_alloc_mode_t mode;        /* effective mode */
   uint64_t windows;            /* open persistent windows */
   cm_persistent_memory_t pm;
@@ -28,15 +41,13 @@ struct cm_manager {
   cm_handle_t *primed;
   size_t nprimed, capprimed;
   /* dry runs (spec §6) */
-  uint64_t dry_runs;
-  uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down */
-  /* totals */
+  uint64_t dry_runs;     /* open dry runs; the pools read it (pool_ctx) */
+  uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down; pools mint them */
+  /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */
   uint64_t reserved_total, reserved_peak;
 };
 
 /* Drain the freed inbox: mark freed slices free and give them to their pools. */
 void cm__manager_drain(struct cm_manager *m);
-/* Mint an id for lazily reserved memory. */
-uint64_t cm__manager_lazy_id(struct cm_manager *m);
 
 #endif

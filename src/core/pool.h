@@ -2,15 +2,26 @@
  * pool.h - the internal pool interface (spec §4.0) shared by the manager and
  * every pool kind (sliced, exclusive, direct, persistent, arena).
  *
+ * Layers: manager -> pool -> storage. The manager (manager.c) builds each
+ * pool with a cm__pool_ctx and calls it through its vtable; a pool sees only
+ * that context, the storage and the descriptors (desc.h), never the manager:
+ * no pool file includes the manager's state header or calls a cm__manager_*
+ * function.
+ *
  * Division of labour:
- *  - The MANAGER owns routing, handles, the freed inbox and the usage counters
- *    of handed-out slices: it marks a slice used when it hands it out and
- *    free before vt->on_free() (mark_used / mark_free in manager.c).
- *  - A POOL owns its pages/slices and free structures. try_reserve/alloc return
- *    a slice that is NOT in any free structure and whose storage_id/offset are
- *    final; the manager then marks it used with the requested size.
- *  - Pools report storage traffic through the cm__pool_* helpers below, which
- *    keep bytes_reserved, pages and their peaks (and the manager's totals).
+ *  - The MANAGER owns routing, handles and the freed inbox. It hands a slice
+ *    out with cm__pool_mark_used and takes a released one back with
+ *    cm__pool_mark_free before vt->on_free() (the helpers below).
+ *  - A POOL owns its pages/slices, its free structures and its accounting:
+ *    usage, pages, bytes_reserved and their peaks live in cm__pool and only
+ *    pool code (the pool's file and the helpers below) changes them.
+ *    try_reserve/alloc return a slice that is NOT in any free structure and
+ *    whose storage_id/offset are final; the manager then marks it used with
+ *    the requested size.
+ *  - The manager's totals (reserved bytes over all pools and their peak) are
+ *    read from the pools: after each pool call that may change reserved
+ *    bytes (see the vtable) the manager takes the change with
+ *    cm__pool_reserved_take, whose high-water mark keeps the peak exact.
  * All functions run on the thread driving the manager.
  */
 #ifndef CM_CORE_POOL_H
@@ -20,9 +31,22 @@
 #include "core/tree.h"
 #include "core/util.h"
 #include "cubemem/memory.h"
+#include "storage/storage_internal.h"
 
-struct cm_manager;
 typedef struct cm__pool cm__pool;
+
+/* What a pool uses of its owner, given at construction (the pool keeps a
+ * copy). The pointers point into owner state that outlives the pool; the
+ * pool only reads them, except lazy_ids, from which it mints ids. */
+typedef struct cm__pool_ctx {
+  cm_storage_t *storage;         /* borrowed: where the pool's memory comes from */
+  uint64_t alignment;            /* device alignment (>= 1) */
+  uint64_t max_page_size;        /* the device's max_page_size (persistent, arena regions) */
+  cm__inbox *inbox;              /* the owner's freed inbox: slices' descriptors belong to it */
+  uint64_t *lazy_ids;            /* next id for lazily reserved memory (counts down, shared) */
+  const uint64_t *dry_runs;      /* open dry runs (spec §6); > 0: memory is reserved lazily */
+  const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
+} cm__pool_ctx;
 
 typedef struct cm__slice {
   cm_desc_t *desc;     /* owned descriptor (its OWNED bit is set) */
@@ -39,6 +63,9 @@ typedef struct cm__slice {
   uint8_t touched;     /* capture: handed out during the current window */
 } cm__slice;
 
+/* Pool entries. Only alloc, take_free, cleanup, materialize and destroy may
+ * change bytes_reserved; the manager takes the change after each of them
+ * (cm__pool_reserved_take), so the other entries must leave it alone. */
 typedef struct cm__pool_vt {
   const char *name;
   /* Whether this pool serves `size` (never called for the persistent pool). */
@@ -78,36 +105,116 @@ typedef struct cm__pool_vt {
 
 struct cm__pool {
   const cm__pool_vt *vt;
-  struct cm_manager *m;
+  cm__pool_ctx ctx;       /* what the pool may use of its owner */
   uint8_t position;       /* routing position / CM_PERSISTENT_POOL */
   cm_pool_options_t opts; /* effective options */
   uint64_t alignment;     /* pool alignment (>= 1) */
   cm_usage_t usage;       /* kept incrementally */
   uint64_t pages, pages_peak, pages_unmapped, largest_alloc, reserved_peak;
+  /* bytes_reserved at the last cm__pool_reserved_take, and the highest value
+   * it reached since */
+  uint64_t reserved_mark, reserved_high;
   /* Reservation count at which this pool's periodic cleanup is next due
    * (UINT64_MAX: never). Each cleanup() call updates it; the manager calls
    * the periodic cleanup only once the earliest pool is due. */
   uint64_t next_cleanup;
 };
 
-/* ---- constructors (one per kind) ---- */
-int cm__pool_sliced_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+/* ---- constructors (one per kind; each copies *ctx) ---- */
+int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
-int cm__pool_exclusive_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_exclusive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                            cm__pool **out);
-int cm__pool_direct_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_direct_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
-int cm__pool_persistent_new(struct cm_manager *m, cm__pool **out);
-int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_persistent_new(const cm__pool_ctx *ctx, cm__pool **out);
+int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 
-/* ---- helpers provided by the manager (manager.c) ---- */
-cm_storage_t *cm__pool_storage(cm__pool *p);
-/* New owned descriptor for slice s (sets desc->slice/mgr/init). NULL on OOM. */
-cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s);
-/* bytes_reserved += delta (may be negative), with peaks. */
-void cm__pool_reserved_add(cm__pool *p, int64_t delta);
+/* ---- helpers of every pool (the pool's own state and context only) ---- */
+
+/* The storage the pool allocates from. */
+static inline cm_storage_t *cm__pool_storage(cm__pool *p) { return p->ctx.storage; }
+
+/* Mint an id for lazily reserved memory (unique across the owner's pools). */
+static inline uint64_t cm__pool_lazy_id(cm__pool *p) { return (*p->ctx.lazy_ids)--; }
+
+/* New owned descriptor for slice s, owned through the context's inbox (sets
+ * desc->slice/owner/init and s->desc). NULL on host OOM (s unchanged). */
+static inline cm_desc_t *cm__slice_new_desc(cm__pool *p, cm__slice *s) {
+  cm_desc_t *d = cm__desc_new_owned(p->ctx.inbox);
+  if (!d) return NULL;
+  d->slice = s;
+  d->owner = p->ctx.inbox;
+  d->init = true;
+  s->desc = d;
+  return d;
+}
+
+/* bytes_reserved += delta (may be negative), with the peak and the
+ * high-water mark since the last cm__pool_reserved_take. */
+static inline void cm__pool_reserved_add(cm__pool *p, int64_t delta) {
+  p->usage.bytes_reserved += (uint64_t)delta;
+  if (p->usage.bytes_reserved > p->reserved_peak) p->reserved_peak = p->usage.bytes_reserved;
+  if (p->usage.bytes_reserved > p->reserved_high) p->reserved_high = p->usage.bytes_reserved;
+}
+
 /* pages += delta with pages_peak. */
-void cm__pool_pages_add(cm__pool *p, int64_t delta);
+static inline void cm__pool_pages_add(cm__pool *p, int64_t delta) {
+  p->pages += (uint64_t)delta;
+  if (p->pages > p->pages_peak) p->pages_peak = p->pages;
+}
+
+/* The pool's reserved bytes since the previous take: then, the highest
+ * meanwhile (>= both ends) and now. */
+typedef struct cm__reserved_change {
+  uint64_t before, high, now;
+} cm__reserved_change;
+
+/* Take the change of bytes_reserved since the previous take (for the
+ * owner's totals) and start the next one. */
+static inline cm__reserved_change cm__pool_reserved_take(cm__pool *p) {
+  cm__reserved_change c = {p->reserved_mark, p->reserved_high, p->usage.bytes_reserved};
+  p->reserved_mark = p->reserved_high = p->usage.bytes_reserved;
+  return c;
+}
+
+/* Under ASan: the first n bytes of slice s become addressable (poison =
+ * false) or not, through the storage's optional poison op (the host
+ * storage's). Release builds make no call. */
+static inline void cm__pool_asan_mark(cm__pool *p, const cm__slice *s, uint64_t n, bool poison) {
+#ifdef CM_ASAN
+  if (s->mapped && n)
+    cm__storage_poison(cm__pool_storage(p), s->storage_id, s->offset, n, poison);
+#else
+  (void)p;
+  (void)s;
+  (void)n;
+  (void)poison;
+#endif
+}
+
+/* Slice s of p is handed out for `size` bytes: count it in the usage. */
+static inline void cm__pool_mark_used(cm__pool *p, cm__slice *s, uint64_t size) {
+  uint64_t pad = cm__pad(size, p->alignment);
+  s->size = size;
+  s->padding = pad;
+  s->used = 1;
+  cm__pool_asan_mark(p, s, size, false);
+  p->usage.number_allocs++;
+  p->usage.bytes_in_use += size;
+  p->usage.bytes_padding += pad;
+  if (size > p->largest_alloc) p->largest_alloc = size;
+}
+
+/* Handed-out slice s of p was released: take it out of the usage (before
+ * vt->on_free). */
+static inline void cm__pool_mark_free(cm__pool *p, cm__slice *s) {
+  s->used = 0;
+  cm__pool_asan_mark(p, s, s->span, true);
+  p->usage.number_allocs--;
+  p->usage.bytes_in_use -= s->size;
+  p->usage.bytes_padding -= s->padding;
+}
 
 #endif

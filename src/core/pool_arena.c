@@ -85,7 +85,7 @@
  * back before growing, by the explicit cleanup, and by the periodic cleanup
  * once idle for a whole period. A segment opened under a dry run is counted
  * whole (reserved bytes, peaks, cap) but not allocated ("lazy", with an id
- * from cm__manager_lazy_id; `unbacked` counts them): its slices are unmapped
+ * from cm__pool_lazy_id; `unbacked` counts them): its slices are unmapped
  * until one is materialized or an eager reservation lands in it, which
  * allocates the segment and rewrites the id of every block (offsets stay).
  * A lazy segment is given back without a storage call.
@@ -189,7 +189,7 @@ static void region_free_mem(region *r) {
  * a request): twice the device memory (max_page_size is a quarter of it),
  * at least REGION_DEFAULT. */
 static uint64_t region_default(const arena *a) {
-  uint64_t dev = a->base.m->props.max_page_size;
+  uint64_t dev = a->base.ctx.max_page_size;
   uint64_t floor_ = REGION_DEFAULT_GRANULES << a->gshift;
   uint64_t size = dev <= floor_ / 8 ? floor_ : dev * 8;
   uint64_t cap = REGION_DEFAULT_MAX_GRANULES << a->gshift; /* bounds the per-granule metadata */
@@ -297,7 +297,7 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
                           size, s);
         goto fail;
       }
-      r->id = cm__manager_lazy_id(a->base.m);
+      r->id = cm__pool_lazy_id(&a->base);
       r->lazy = true;
       a->unbacked++;
       a->lazy_bytes += size;
@@ -608,7 +608,7 @@ static void on_free(cm__pool *p, cm__slice *sl) {
     bin_insert(a, b);
   }
   if (!r->vm && !keep->prev && !keep->next) {
-    uint64_t now = a->base.m->alloc_reserve_count;
+    uint64_t now = *a->base.ctx.reserve_clock;
     r->idle_since = now ? now : 1;
   }
 }
@@ -783,17 +783,17 @@ static const cm__pool_vt k_arena_vt = {
     .destroy = destroy,
 };
 
-int cm__pool_arena_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out) {
   arena *a = calloc(1, sizeof *a);
   if (!a) return CM_ENOMEM;
   a->base.vt = &k_arena_vt;
-  a->base.m = m;
+  a->base.ctx = *ctx;
   a->base.position = pos;
   a->base.opts = *o;
   a->base.opts.kind = CM_POOL_ARENA;
-  a->base.alignment = m->props.alignment ? m->props.alignment : 1;
-  a->st = m->storage;
+  a->base.alignment = ctx->alignment ? ctx->alignment : 1;
+  a->st = ctx->storage;
   uint64_t g = cm__storage_vm_granularity(a->st);
   if (g && (g & (g - 1)) == 0) {
     a->vm = true;

@@ -140,11 +140,11 @@ static const cm__pool_vt k_direct_vt = {
     .destroy = destroy,
 };
 
-int cm__pool_direct_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_direct_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out) {
   direct_pool *dp = calloc(1, sizeof *dp);
   if (!dp) return CM_ENOMEM;
-  *out = cm__slot_pool_init(&dp->sp, &k_direct_vt, m, pos);
+  *out = cm__slot_pool_init(&dp->sp, &k_direct_vt, ctx, pos);
   dp->sp.base.opts = *o;
   return CM_OK;
 }

@@ -131,11 +131,11 @@ static const cm__pool_vt k_excl_vt = {
     .destroy = destroy,
 };
 
-int cm__pool_exclusive_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_exclusive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                            cm__pool **out) {
   excl_pool *xp = calloc(1, sizeof *xp);
   if (!xp) return CM_ENOMEM;
-  *out = cm__slot_pool_init(&xp->sp, &k_excl_vt, m, pos);
+  *out = cm__slot_pool_init(&xp->sp, &k_excl_vt, ctx, pos);
   xp->sp.base.opts = *o;
   return CM_OK;
 }

@@ -134,12 +134,12 @@ static const cm__pool_vt k_pers_vt = {
     .destroy = destroy,
 };
 
-int cm__pool_persistent_new(struct cm_manager *m, cm__pool **out) {
+int cm__pool_persistent_new(const cm__pool_ctx *ctx, cm__pool **out) {
   pers_pool *pp = calloc(1, sizeof *pp);
   if (!pp) return CM_ENOMEM;
-  cm__slot_pool_init(&pp->sp, &k_pers_vt, m, CM_PERSISTENT_POOL);
+  cm__slot_pool_init(&pp->sp, &k_pers_vt, ctx, CM_PERSISTENT_POOL);
   pp->sp.base.opts.kind = CM_POOL_PERSISTENT;
-  pp->sp.base.opts.max_alloc_size = m->props.max_page_size;
+  pp->sp.base.opts.max_alloc_size = ctx->max_page_size;
   cm__tree_init(&pp->all);
   *out = &pp->sp.base;
   return CM_OK;

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/manager_internal.h"
+#include "core/pool.h"
 
 typedef struct spage spage;
 
@@ -147,7 +147,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
   }
   if (lazy) {
-    pg->storage_id = cm__manager_lazy_id(p->m);
+    pg->storage_id = cm__pool_lazy_id(p);
     pg->mapped = false;
     p->pages_unmapped++;
   } else {
@@ -198,7 +198,7 @@ static void on_free(cm__pool *p, cm__slice *s) {
     b = pv;
   }
   tree_put(sp, b);
-  if (page_empty(pg)) pg->free_since = p->m->alloc_reserve_count;
+  if (page_empty(pg)) pg->free_since = *p->ctx.reserve_clock;
 }
 
 static void take_free(cm__pool *p, cm__slice *s) {
@@ -430,13 +430,13 @@ static const cm__pool_vt k_sliced_vt = {
     .destroy = destroy,
 };
 
-int cm__pool_sliced_new(struct cm_manager *m, const cm_pool_options_t *o, uint8_t pos,
+int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out) {
   sliced_pool *sp = calloc(1, sizeof *sp);
   if (!sp) return CM_ENOMEM;
-  uint64_t A = m->props.alignment;
+  uint64_t A = ctx->alignment;
   sp->base.vt = &k_sliced_vt;
-  sp->base.m = m;
+  sp->base.ctx = *ctx;
   sp->base.position = pos;
   sp->base.opts = *o;
   sp->base.alignment = A;

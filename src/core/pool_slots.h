@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/manager_internal.h"
+#include "core/pool.h"
 
 typedef struct cm__slot {
   cm__slice s;         /* s.span = bytes allocated from the storage */
@@ -37,11 +37,11 @@ static inline cm__slots *cm__slots_of(cm__pool *p) { return &((cm__slot_pool *)p
 
 /* Fill the common head of a freshly calloc'ed slot pool; returns &sp->base. */
 static inline cm__pool *cm__slot_pool_init(cm__slot_pool *sp, const cm__pool_vt *vt,
-                                           struct cm_manager *m, uint8_t pos) {
+                                           const cm__pool_ctx *ctx, uint8_t pos) {
   sp->base.vt = vt;
-  sp->base.m = m;
+  sp->base.ctx = *ctx;
   sp->base.position = pos;
-  sp->base.alignment = m->props.alignment;
+  sp->base.alignment = ctx->alignment;
   cm__tree_init(&sp->slots.free);
   return &sp->base;
 }
@@ -152,7 +152,7 @@ static inline int cm__slot_new(cm__pool *p, uint64_t span, bool lazy, cm__slot *
   cm__slot *s = calloc(1, sizeof *s);
   if (!s) return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
   if (lazy) {
-    s->s.storage_id = cm__manager_lazy_id(p->m);
+    s->s.storage_id = cm__pool_lazy_id(p);
     s->s.mapped = 0;
     p->pages_unmapped++;
   } else {
