@@ -275,7 +275,7 @@ FX int fakecuda_launch(void *stream, unsigned long long p, size_t size) {
   LOCK();
   CUresult r = check_init("fakecuda_launch", true);
   if (r) RET(r);
-  uint64_t uid, *seq;
+  uint64_t uid = 0, *seq = NULL; /* set by check_stream on success */
   r = check_stream("fakecuda_launch", stream, &uid, &seq);
   if (r) RET(r);
   int d = current_dev();
