@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "core/pool.h"
-#include "storage/storage_internal.h"
 
 #define SLB 3u
 #define SLN (1u << SLB)
@@ -113,7 +112,7 @@ typedef struct arena {
 
 static inline arena *AR(cm__pool *p) { return (arena *)p; }
 static inline ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
-/* Is a dry run open on the manager (spec §6)? */
+/* Is a dry run open (spec §6; the context's dry-run depth)? */
 static inline bool dry_run(const arena *a) { return *a->base.ctx.dry_runs > 0; }
 
 /* ---- bins -------------------------------------------------------------------- */

@@ -408,7 +408,6 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 }
 
 /* Does the persistent pool have a slice of effective size eff? */
-bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
 
 static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, uint64_t size,
                                                              cm_handle_t *out, cm_diag_t *diag) {

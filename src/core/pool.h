@@ -128,6 +128,8 @@ int cm__pool_exclusive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, 
 int cm__pool_direct_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
 int cm__pool_persistent_new(const cm__pool_ctx *ctx, cm__pool **out);
+/* Has the persistent pool a slice of effective size eff (the size-match rule)? */
+bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 

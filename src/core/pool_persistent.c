@@ -16,7 +16,6 @@ typedef struct pers_pool {
 
 static pers_pool *PP(cm__pool *p) { return (pers_pool *)p; }
 
-bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
 bool cm__persistent_has_size(cm__pool *p, uint64_t eff) {
   cm__tnode *n = cm__tree_lower_bound(&PP(p)->all, eff, 0, 0);
   return n && n->k1 == eff;
