@@ -136,9 +136,11 @@ typedef struct cm_pool_options {
   uint64_t max_object_size;
 } cm_pool_options_t;
 
-/* max_object_size = CM_OBJECT_AUTO (layout key `object=auto`): while the
- * device stays more than half free after a map, the arena maps each run as
- * one physical object (few driver calls); closer to the device's capacity, and
+/* max_object_size = CM_OBJECT_AUTO (layout key `object=auto`), the fewest
+ * driver calls: while the device stays more than half free after a map, the
+ * arena grows to the next 20 MiB boundary and maps each run as one physical
+ * object (it spends memory a roomy device has to save calls); closer to the
+ * device's capacity, and
  * when the device refuses memory or does not report its free memory, one
  * object per granule (any free granule can be given back). A dry run decides
  * as an eager run of the same sequence would. bench/results/objects.md

@@ -28,6 +28,7 @@
 #define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
 #define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
 #define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
+#define AUTO_CHUNK (20ull << 20) /* CM_OBJECT_AUTO with room: growth in steps of 20 MiB */
 #define EXT_SHIFT 9        /* growth maps for requests under a granule extend by up to
                               mapped >> EXT_SHIFT granules */
 #define SPARE_MAX 4096     /* recycled block nodes kept */

@@ -285,13 +285,19 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
-  a->omax = a->oauto && has_room(a, unmapped_in(r, g0, g1)) ? UINT32_MAX : a->ocfg;
+  bool room = a->oauto && has_room(a, unmapped_in(r, g0, g1));
+  a->omax = room ? UINT32_MAX : a->ocfg;
   /* growth batching (requests under a granule: a run of them would map one
    * granule each): extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = s >= a->gran ? 0 : (a->held >> a->gshift) >> EXT_SHIFT;
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  if (room) { /* CM_OBJECT_AUTO with room: grow to the next AUTO_CHUNK boundary */
+    uint64_t c = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
+    uint64_t want = (g1 / c + 1) * c - 1;
+    while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  }
   /* free mapped granules that stay free after the placement, beyond the budget, go first */
   uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
   uint64_t budget = keep_budget(a);

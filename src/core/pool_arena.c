@@ -18,7 +18,9 @@
  * mapped as physical objects that are unmapped only whole: each run mapped is
  * cut into objects of at most `omax` granules (max_object_size; default one
  * granule, so any free granule can be given back: bench/results/objects.md
- * measures the trade-off against driver calls), recorded per granule
+ * measures the trade-off against driver calls; CM_OBJECT_AUTO: whole runs,
+ * grown to 20 MiB steps, while the device stays more than half free, single
+ * granules beyond that), recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one
  * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
  * whose granules are all free.

@@ -478,8 +478,12 @@ static void vm_auto_objects(void) {
   cm_handle_t a = res(m, 40 * MiB); /* 216 MiB stay free: one object */
   EXPECT_EQ(stats(m).creates, 1);
   EXPECT_EQ(held(m), 40 * MiB);
-  cm_handle_t b = res(m, 100 * MiB); /* 116 MiB would stay free: per granule */
-  EXPECT_GE(stats(m).creates, 1 + 50);
+  cm_handle_t s = res(m, 4 * MiB); /* grows to the next 20 MiB step, one object */
+  EXPECT_EQ(stats(m).creates, 2);
+  EXPECT_EQ(held(m), 60 * MiB);
+  cm_handle_release(s);
+  cm_handle_t b = res(m, 100 * MiB); /* under half would stay free: per granule */
+  EXPECT_GE(stats(m).creates, 2 + 40);
   CHECK_CLEAN(m);
   /* near the capacity: the free 40 MiB object goes back whole for a request
    * that needs all but 16 MiB of the device */
