@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "core/layout.h"
-#include "core/util.h"
 
 #define MIB (1ull << 20)
 

@@ -18,7 +18,7 @@
 
 #include "core/desc.h"
 #include "core/tree.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/memory.h"
 
 struct cm_manager;

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/replay.h"
 
 static void snapshot_pools(cm_manager_t *m, size_t np, uint64_t *out) {

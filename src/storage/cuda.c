@@ -65,7 +65,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "ptr/u64map.h"
 #include "storage/storage_internal.h"
 
