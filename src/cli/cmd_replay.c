@@ -472,9 +472,10 @@ static void row(const char *label, char cells[][64], size_t n, size_t width) {
   printf("\n");
 }
 
-static void print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
-                       const run_t *runs, size_t n, const env_t *env) {
-  char c[MAX_LAYOUTS][64], a[32], b[32];
+/* The report's head: trace summary, snapshot and anomaly lines, device and
+ * configuration. */
+static void print_text_head(const char *tname, const cm_trace_t *t, const env_t *env) {
+  char a[32], b[32];
   printf("trace   %s\n", tname);
   cli_print_trace_summary(stdout, t);
   if (env->tinfo && env->tinfo->is_snapshot) {
@@ -493,28 +494,39 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
            cm_config_persistent_memory_name(env->cfg->persistent_memory));
   cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
   printf("config  %s\n\n", env->o->config_used);
+}
 
-  size_t width = 12;
+/* The table's first rows: layout names (width: the widest cell, set here),
+ * live and reserved bytes, the ratio and what is reserved at the end. */
+static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t *width) {
+  char c[MAX_LAYOUTS][64];
+  *width = 12;
   for (size_t i = 0; i < n; i++) {
     size_t L = strlen(lays[i].text);
     if (L > 24) snprintf(c[i], 64, "%.21s...", lays[i].text);
     else snprintf(c[i], 64, "%s", lays[i].text);
-    if (strlen(c[i]) > width) width = strlen(c[i]);
+    if (strlen(c[i]) > *width) *width = strlen(c[i]);
   }
-  row("layout", c, n, width);
+  row("layout", c, n, *width);
   for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_live_bytes, c[i], 64);
-  row("peak live", c, n, width);
+  row("peak live", c, n, *width);
   for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_reserved_bytes, c[i], 64);
-  row("peak reserved", c, n, width);
+  row("peak reserved", c, n, *width);
   for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
-  row("  (bytes)", c, n, width);
+  row("  (bytes)", c, n, *width);
   for (size_t i = 0; i < n; i++) {
     if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
     else snprintf(c[i], 64, "-");
   }
-  row("reserved / live", c, n, width);
+  row("reserved / live", c, n, *width);
   for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
-  row("reserved at end", c, n, width);
+  row("reserved at end", c, n, *width);
+}
+
+/* The device rows: allocations and frees, driver calls by kind, what
+ * PyTorch reserved, refused calls, time in the driver. */
+static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *env) {
+  char c[MAX_LAYOUTS][64];
   for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
     const cm_replay_result_t *r = &runs[i].res;
     fmt_pair(c[i], r->device_allocs - r->device_maps, r->device_frees - r->device_unmaps);
@@ -549,6 +561,13 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
       snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
     row("time in driver calls", c, n, width);
   }
+}
+
+/* The last rows: --fit's smallest device, failed reserves, time, ns per
+ * operation; then each layout's first failure. */
+static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size_t width,
+                         const env_t *env) {
+  char c[MAX_LAYOUTS][64];
   if (env->o->fit) {
     for (size_t i = 0; i < n; i++) {
       if (runs[i].fit_bytes) fmt_bytes(runs[i].fit_bytes, c[i], 64);
@@ -576,7 +595,10 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
       printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
              cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
              runs[i].res.first_failure_message);
+}
 
+/* One table of pools per layout, at the end of the trace. */
+static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const cm_replay_result_t *r = &runs[i].res;
     printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);
@@ -601,10 +623,92 @@ static void print_text(const char *tname, const cm_trace_t *t, const layout_t *l
              p->pages_peak, r1, r2, r3);
     }
   }
+}
+
+/* The side-by-side text report of one trace (one column per layout). */
+static void print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
+                       const run_t *runs, size_t n, const env_t *env) {
+  size_t width;
+  print_text_head(tname, t, env);
+  rows_bytes(lays, runs, n, &width);
+  rows_device(runs, n, width, env);
+  rows_outcome(lays, runs, n, width, env);
+  print_pool_tables(lays, runs, n);
   printf("\n");
 }
 
 /* ---- main ------------------------------------------------------------------- */
+
+/* Whether argv[*i] is an option that takes a value (--opt VALUE or
+ * --opt=VALUE): then *name is the option and *val its value (NULL when
+ * missing; *i moves past a separate value). */
+static bool value_option(int argc, char **argv, int *i, const char **name, const char **val) {
+  static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
+                                           "--config", "--persistent-memory", "--repeat",
+                                           "--svg", "--device", "--html", "--snapshot-device",
+                                           "--snapshot-free-on"};
+  const char *a = argv[*i];
+  *name = NULL;
+  *val = NULL;
+  for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
+    size_t L = strlen(with_value[k]);
+    if (!strncmp(a, with_value[k], L) && (a[L] == '\0' || a[L] == '=')) {
+      *name = with_value[k];
+      if (a[L] == '=') *val = a + L + 1;
+      else if (*i + 1 < argc) *val = argv[++*i];
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Apply option `name` with its value. Returns 0, or 2 with the reason on stderr. */
+static int set_value_option(opts_t *o, const char *name, const char *val) {
+  if (!strcmp(name, "--device-memory")) {
+    if (cli_device_memory_option("replay", val, &o->capacity)) return 2;
+  } else if (!strcmp(name, "--alignment")) {
+    if (cli_alignment_option("replay", val, &o->alignment)) return 2;
+  } else if (!strcmp(name, "--pools")) {
+    if (o->layout_count == MAX_LAYOUTS) {
+      fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
+      return 2;
+    }
+    o->layouts[o->layout_count++] = val;
+  } else if (!strcmp(name, "--config")) {
+    o->config_path = val;
+  } else if (!strcmp(name, "--persistent-memory")) {
+    o->persistent_memory = val;
+  } else if (!strcmp(name, "--repeat")) {
+    char *end;
+    unsigned long r = strtoul(val, &end, 10);
+    if (*end || r == 0 || r > 100000 || val[0] == '-') {
+      fprintf(stderr, "cubemem replay: bad --repeat '%s' (1..100000)\n", val);
+      return 2;
+    }
+    o->repeat = (unsigned)r;
+  } else if (!strcmp(name, "--svg")) {
+    o->svg = val;
+  } else if (!strcmp(name, "--html")) {
+    o->html = val;
+  } else if (!strcmp(name, "--device")) {
+    o->device = val;
+  } else if (!strcmp(name, "--snapshot-device")) {
+    char *end;
+    long dv = strtol(val, &end, 10);
+    if (!*val || *end || dv < 0 || dv > 65535) {
+      fprintf(stderr, "cubemem replay: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
+      return 2;
+    }
+    o->snapshot_device = (int)dv;
+  } else if (!strcmp(name, "--snapshot-free-on")) {
+    if (strcmp(val, "completed") && strcmp(val, "requested")) {
+      fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
+      return 2;
+    }
+    o->free_on_requested = !strcmp(val, "requested");
+  }
+  return 0;
+}
 
 static int parse_args(int argc, char **argv, opts_t *o) {
   static const char *trace_buf[1024];
@@ -638,22 +742,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     if (!strcmp(a, "--no-config")) { o->no_config = true; continue; }
-    /* options with a value: --opt VALUE or --opt=VALUE */
-    static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
-                                             "--config", "--persistent-memory", "--repeat",
-                                             "--svg", "--device", "--html", "--snapshot-device",
-                                             "--snapshot-free-on"};
-    const char *name = NULL, *val = NULL;
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
-      size_t L = strlen(with_value[k]);
-      if (!strncmp(a, with_value[k], L) && (a[L] == '\0' || a[L] == '=')) {
-        name = with_value[k];
-        if (a[L] == '=') val = a + L + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        break;
-      }
-    }
-    if (!name) {
+    const char *name, *val;
+    if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
           "--repeat", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
@@ -664,49 +754,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       fprintf(stderr, "cubemem replay: %s needs a value\n", name);
       return 2;
     }
-    if (!strcmp(name, "--device-memory")) {
-      if (cli_device_memory_option("replay", val, &o->capacity)) return 2;
-    } else if (!strcmp(name, "--alignment")) {
-      if (cli_alignment_option("replay", val, &o->alignment)) return 2;
-    } else if (!strcmp(name, "--pools")) {
-      if (o->layout_count == MAX_LAYOUTS) {
-        fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
-        return 2;
-      }
-      o->layouts[o->layout_count++] = val;
-    } else if (!strcmp(name, "--config")) {
-      o->config_path = val;
-    } else if (!strcmp(name, "--persistent-memory")) {
-      o->persistent_memory = val;
-    } else if (!strcmp(name, "--repeat")) {
-      char *end;
-      unsigned long r = strtoul(val, &end, 10);
-      if (*end || r == 0 || r > 100000 || val[0] == '-') {
-        fprintf(stderr, "cubemem replay: bad --repeat '%s' (1..100000)\n", val);
-        return 2;
-      }
-      o->repeat = (unsigned)r;
-    } else if (!strcmp(name, "--svg")) {
-      o->svg = val;
-    } else if (!strcmp(name, "--html")) {
-      o->html = val;
-    } else if (!strcmp(name, "--device")) {
-      o->device = val;
-    } else if (!strcmp(name, "--snapshot-device")) {
-      char *end;
-      long dv = strtol(val, &end, 10);
-      if (!*val || *end || dv < 0 || dv > 65535) {
-        fprintf(stderr, "cubemem replay: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
-        return 2;
-      }
-      o->snapshot_device = (int)dv;
-    } else if (!strcmp(name, "--snapshot-free-on")) {
-      if (strcmp(val, "completed") && strcmp(val, "requested")) {
-        fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
-        return 2;
-      }
-      o->free_on_requested = !strcmp(val, "requested");
-    }
+    if (set_value_option(o, name, val)) return 2;
   }
   if (o->trace_count == 0) {
     fprintf(stderr, "cubemem replay: no trace given\n\n");
@@ -718,185 +766,249 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+/* The configuration (--config, discovered or none) with --persistent-memory
+ * applied, and the logger it asks for (NULL when disabled) into *logger;
+ * o->config_used names the file. Returns the exit status; on failure *cfg
+ * is freed. */
+static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  cm_config_init(cfg);
+  if (cli_config_load("replay", o->config_path, o->no_config, cfg, o->config_used,
+                      sizeof o->config_used)) {
+    cm_config_free(cfg);
+    return 1;
+  }
+  if (o->persistent_memory &&
+      cm_config_set(cfg, "memory.persistent_memory", o->persistent_memory, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: --persistent-memory: %s\n", d.message);
+    cm_config_free(cfg);
+    return 2;
+  }
+  *logger = NULL;
+  if (cfg->logger.level != CM_LOG_DISABLED &&
+      cm_config_make_logger(cfg, NULL, NULL, logger, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
+    cm_config_free(cfg);
+    return 1;
+  }
+  return 0;
+}
+
+/* A real device (--device other than sim): open it once so that its total
+ * memory drives the presets (max page = total / 4). Returns the exit status. */
+static int probe_device(env_t *env) {
+  const opts_t *o = env->o;
+  if (strcmp(o->device, "sim") == 0) return 0;
+  cm_storage_t *probe = NULL;
+  uint64_t cap = o->capacity;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (make_storage(o->device, &cap, env->cfg->cuda_allocator, &probe, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: --device %s: %s\n", o->device,
+            d.message[0] ? d.message : cm_strerror(d.code));
+    return 1;
+  }
+  cm_storage_destroy(probe);
+  env->capacity = cap;
+  return 0;
+}
+
+/* What a run over every trace and layout holds. */
+typedef struct job {
+  layout_t *lays;             /* one per --pools */
+  run_t *runs;                /* runs[trace * layout_count + layout] */
+  cm_replay_panel_t *panels;  /* --svg: one per trace */
+  cm_replay_series_t *series; /* the panels' series, indexed as runs */
+  bool *done;                 /* the trace's runs hold results */
+  cli_trace_info_t tinfo;     /* the trace being replayed (env->tinfo) */
+  uint64_t failed_total;      /* failed reserves, every run */
+  uint64_t refused_total;     /* calls the device refused, every run */
+  int stdout_errno;           /* the first failed write of the report */
+} job_t;
+
+/* Allocate the job's arrays and parse every --pools layout. Returns the
+ * exit status. */
+static int job_prepare(job_t *job, const env_t *env) {
+  const opts_t *o = env->o;
+  job->lays = calloc(o->layout_count, sizeof *job->lays);
+  job->runs = calloc(o->layout_count * o->trace_count, sizeof *job->runs);
+  job->panels = calloc(o->trace_count, sizeof *job->panels);
+  job->series = calloc(o->layout_count * o->trace_count, sizeof *job->series);
+  job->done = calloc(o->trace_count, sizeof *job->done);
+  if (!job->lays || !job->runs || !job->panels || !job->series || !job->done) {
+    fprintf(stderr, "cubemem replay: out of memory\n");
+    return 1;
+  }
+  for (size_t l = 0; l < o->layout_count; l++) {
+    job->lays[l].text = o->layouts[l];
+    int lrc = cli_parse_layout("replay", o->layouts[l], env->props, job->lays[l].pools,
+                               CM_MAX_DYNAMIC_POOLS, &job->lays[l].count);
+    if (lrc) return lrc;
+  }
+  return 0;
+}
+
+/* Free what the job holds (any part may be missing). */
+static void job_free(job_t *job, const opts_t *o) {
+  if (job->runs && job->done)
+    for (size_t ti = 0; ti < o->trace_count; ti++)
+      if (job->done[ti])
+        for (size_t l = 0; l < o->layout_count; l++)
+          cm_replay_result_free(&job->runs[ti * o->layout_count + l].res);
+  if (job->runs)
+    for (size_t k = 0; k < o->layout_count * o->trace_count; k++) {
+      cm_replay_recorder_free(job->runs[k].rec);
+      free(job->runs[k].json);
+    }
+  free(job->done);
+  free(job->series);
+  free(job->panels);
+  free(job->runs);
+  free(job->lays);
+}
+
+/* Replay trace `t` under every layout into tr[]. False (message on stderr,
+ * the results so far freed) when a run fails. */
+static bool replay_trace(const env_t *env, const layout_t *lays, const char *tname,
+                         const cm_trace_t *t, run_t *tr) {
+  const opts_t *o = env->o;
+  cm_diag_t d;
+  for (size_t l = 0; l < o->layout_count; l++) {
+    cm_diag_clear(&d);
+    int rc = replay_layout(env, &lays[l], tname, t, &tr[l], &d);
+    if (rc == CM_OK && o->fit) tr[l].fit_bytes = fit_layout(env, &lays[l], t);
+    if (rc != CM_OK) {
+      fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
+              d.message[0] ? d.message : cm_strerror(rc));
+      for (size_t k = 0; k <= l; k++) cm_replay_result_free(&tr[k].res);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Report trace number ti (text or --json), keep its --html objects, and
+ * make its --svg panel. */
+static void report_trace(const env_t *env, job_t *job, size_t ti, const char *tname,
+                         const cm_trace_t *t) {
+  const opts_t *o = env->o;
+  size_t nl = o->layout_count;
+  run_t *tr = &job->runs[ti * nl];
+  for (size_t l = 0; l < nl; l++) {
+    job->failed_total += tr[l].res.failed_allocs;
+    job->refused_total += tr[l].res.storage.violations;
+  }
+  if (o->json)
+    for (size_t l = 0; l < nl; l++) print_json(stdout, tname, &job->lays[l], t, &tr[l], env);
+  else
+    print_text(tname, t, job->lays, tr, nl, env);
+  if ((fflush(stdout) != 0 || ferror(stdout)) && !job->stdout_errno)
+    job->stdout_errno = errno ? errno : EIO;
+  if (o->html) /* the report embeds the objects --json prints */
+    for (size_t l = 0; l < nl; l++) tr[l].json = json_object(tname, &job->lays[l], t, &tr[l], env);
+  job->done[ti] = true;
+  job->panels[ti].title = tname;
+  job->panels[ti].series = &job->series[ti * nl];
+  job->panels[ti].series_count = nl;
+  for (size_t l = 0; l < nl; l++)
+    job->series[ti * nl + l] = (cm_replay_series_t){job->lays[l].text, &tr[l].res};
+}
+
+/* Load, replay and report every trace in turn. Returns the exit status. */
+static int replay_all(env_t *env, job_t *job) {
+  const opts_t *o = env->o;
+  cli_trace_options_t to = {.skip_bad = o->skip_bad, .snapshot_device = o->snapshot_device,
+                            .free_on_requested = o->free_on_requested};
+  env->tinfo = &job->tinfo;
+  /* A reader that stops early (| head) must not cost the requested files:
+   * writes to a closed pipe fail with EPIPE instead of killing the process,
+   * the report stops, and the SVG is still written. */
+  signal(SIGPIPE, SIG_IGN);
+  for (size_t ti = 0; ti < o->trace_count; ti++) {
+    const char *tname = o->traces[ti];
+    cm_trace_t *t = NULL;
+    if (cli_trace_load("replay", tname, &to, &t, &job->tinfo)) return 1;
+    bool ok = replay_trace(env, job->lays, tname, t, &job->runs[ti * o->layout_count]);
+    if (ok) report_trace(env, job, ti, tname, t);
+    cm_trace_free(t);
+    if (!ok) return 1;
+  }
+  return 0;
+}
+
+/* --svg: write every trace's panel to path. Returns the exit status. */
+static int write_svg(const char *path, const cm_replay_panel_t *panels, size_t n) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  int rc = cm_replay_svg(panels, n, write_file, f);
+  if (fclose(f) != 0 || rc != CM_OK) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, cm_strerror(rc ? rc : CM_EIO));
+    return 1;
+  }
+  return 0;
+}
+
+/* After the replays (status so far): the SVG, a failed report, the HTML,
+ * then exit 3 when a reservation failed or the device refused a call. */
+static int finish(const env_t *env, const job_t *job, int status) {
+  const opts_t *o = env->o;
+  if (o->svg && status == 0) status = write_svg(o->svg, job->panels, o->trace_count);
+  if (job->stdout_errno && job->stdout_errno != EPIPE) {
+    fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(job->stdout_errno));
+    if (!status) status = 1;
+  }
+  if (o->html && status == 0)
+    status = write_html(o->html, o->traces, o->trace_count, job->lays, job->runs, o->layout_count);
+  if (status == 0 && (job->failed_total || job->refused_total)) {
+    /* exit 3: the job does not fit (or the device refused a call) */
+    if (job->failed_total)
+      fprintf(stderr, "cubemem replay: %" PRIu64 " reservation%s failed: the trace does not fit "
+              "this device with this layout (try 'cubemem fit')\n",
+              job->failed_total, job->failed_total == 1 ? "" : "s");
+    if (job->refused_total)
+      fprintf(stderr, "cubemem replay: the device refused %" PRIu64 " call%s as violations of "
+              "its rules\n", job->refused_total, job->refused_total == 1 ? "" : "s");
+    status = 3;
+  }
+  return status;
+}
+
 int cm_cli_replay(int argc, char **argv) {
   opts_t o;
   memset(&o, 0, sizeof o);
   int prc = parse_args(argc, argv, &o);
   if (prc) return prc < 0 ? 0 : prc;
 
-  int status = 0;
-  uint64_t failed_total = 0, refused_total = 0;
-  cm_diag_t d;
-  cm_diag_clear(&d);
-
   /* configuration: file, then the command line */
   cm_config_t cfg;
-  cm_config_init(&cfg);
-  if (cli_config_load("replay", o.config_path, o.no_config, &cfg, o.config_used,
-                      sizeof o.config_used)) {
-    cm_config_free(&cfg);
-    return 1;
-  }
-  if (o.persistent_memory &&
-      cm_config_set(&cfg, "memory.persistent_memory", o.persistent_memory, &d) != CM_OK) {
-    fprintf(stderr, "cubemem replay: --persistent-memory: %s\n", d.message);
-    cm_config_free(&cfg);
-    return 2;
-  }
   cm_logger_t *logger = NULL;
-  if (cfg.logger.level != CM_LOG_DISABLED &&
-      cm_config_make_logger(&cfg, NULL, NULL, &logger, &d) != CM_OK) {
-    fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
-    cm_config_free(&cfg);
-    return 1;
-  }
+  int status = load_setup(&o, &cfg, &logger);
+  if (status) return status;
 
   env_t env = {.o = &o, .capacity = o.capacity, .cfg = &cfg, .logger = logger};
-  if (strcmp(o.device, "sim") != 0) {
-    /* A real device: its total memory drives the presets (max page = total / 4). */
-    cm_storage_t *probe = NULL;
-    uint64_t cap = o.capacity;
-    cm_diag_clear(&d);
-    if (make_storage(o.device, &cap, cfg.cuda_allocator, &probe, &d) != CM_OK) {
-      fprintf(stderr, "cubemem replay: --device %s: %s\n", o.device,
-              d.message[0] ? d.message : cm_strerror(d.code));
-      cm_logger_destroy(logger);
-      cm_config_free(&cfg);
-      return 1;
-    }
-    cm_storage_destroy(probe);
-    env.capacity = cap;
+  if (probe_device(&env)) {
+    cm_logger_destroy(logger);
+    cm_config_free(&cfg);
+    return 1;
   }
   env.props.max_page_size = env.capacity / 4;
   env.props.alignment = o.alignment ? o.alignment : 512;
 
-  layout_t *lays = calloc(o.layout_count, sizeof *lays);
-  run_t *runs = calloc(o.layout_count * o.trace_count, sizeof *runs);
-  cm_replay_panel_t *panels = calloc(o.trace_count, sizeof *panels);
-  cm_replay_series_t *series = calloc(o.layout_count * o.trace_count, sizeof *series);
-  bool *done = calloc(o.trace_count, sizeof *done);
-  if (!lays || !runs || !panels || !series || !done) {
-    fprintf(stderr, "cubemem replay: out of memory\n");
-    status = 1;
-    goto out;
-  }
-  for (size_t l = 0; l < o.layout_count; l++) {
-    lays[l].text = o.layouts[l];
-    int lrc = cli_parse_layout("replay", o.layouts[l], env.props, lays[l].pools,
-                               CM_MAX_DYNAMIC_POOLS, &lays[l].count);
-    if (lrc) {
-      status = lrc;
-      goto out;
-    }
-  }
+  job_t job;
+  memset(&job, 0, sizeof job);
+  status = job_prepare(&job, &env);
+  if (status == 0) status = finish(&env, &job, replay_all(&env, &job));
 
-  cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
-                            .free_on_requested = o.free_on_requested};
-  cli_trace_info_t tinfo;
-  env.tinfo = &tinfo;
-  /* A reader that stops early (| head) must not cost the requested files:
-   * writes to a closed pipe fail with EPIPE instead of killing the process,
-   * the report stops, and the SVG is still written. */
-  signal(SIGPIPE, SIG_IGN);
-  int stdout_errno = 0;
-  for (size_t ti = 0; ti < o.trace_count; ti++) {
-    const char *tname = o.traces[ti];
-    cm_trace_t *t = NULL;
-    if (cli_trace_load("replay", tname, &to, &t, &tinfo)) {
-      status = 1;
-      break;
-    }
-    run_t *tr = &runs[ti * o.layout_count];
-    bool ok = true;
-    for (size_t l = 0; l < o.layout_count; l++) {
-      cm_diag_clear(&d);
-      int rc = replay_layout(&env, &lays[l], tname, t, &tr[l], &d);
-      if (rc == CM_OK && o.fit) tr[l].fit_bytes = fit_layout(&env, &lays[l], t);
-      if (rc != CM_OK) {
-        fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
-                d.message[0] ? d.message : cm_strerror(rc));
-        status = 1;
-        ok = false;
-        for (size_t k = 0; k <= l; k++) cm_replay_result_free(&tr[k].res);
-        break;
-      }
-    }
-    if (ok) {
-      for (size_t l = 0; l < o.layout_count; l++) {
-        failed_total += tr[l].res.failed_allocs;
-        refused_total += tr[l].res.storage.violations;
-      }
-      if (o.json)
-        for (size_t l = 0; l < o.layout_count; l++) print_json(stdout, tname, &lays[l], t, &tr[l], &env);
-      else
-        print_text(tname, t, lays, tr, o.layout_count, &env);
-      if ((fflush(stdout) != 0 || ferror(stdout)) && !stdout_errno) stdout_errno = errno ? errno : EIO;
-      if (o.html) /* the report embeds the objects --json prints */
-        for (size_t l = 0; l < o.layout_count; l++) tr[l].json = json_object(tname, &lays[l], t, &tr[l], &env);
-      done[ti] = true;
-      panels[ti].title = tname;
-      panels[ti].series = &series[ti * o.layout_count];
-      panels[ti].series_count = o.layout_count;
-      for (size_t l = 0; l < o.layout_count; l++)
-        series[ti * o.layout_count + l] = (cm_replay_series_t){lays[l].text, &tr[l].res};
-    }
-    cm_trace_free(t);
-    if (!ok) break;
-  }
-
-  if (o.svg && status == 0) {
-    FILE *f = fopen(o.svg, "w");
-    if (!f) {
-      fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, strerror(errno));
-      status = 1;
-    } else {
-      int rc = cm_replay_svg(panels, o.trace_count, write_file, f);
-      if (fclose(f) != 0 || rc != CM_OK) {
-        fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, cm_strerror(rc ? rc : CM_EIO));
-        status = 1;
-      }
-    }
-  }
-
-  if (stdout_errno && stdout_errno != EPIPE) {
-    fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(stdout_errno));
-    if (!status) status = 1;
-  }
-  if (o.html && status == 0) status = write_html(o.html, o.traces, o.trace_count, lays, runs,
-                                                o.layout_count);
-  if (status == 0 && (failed_total || refused_total)) {
-    /* exit 3: the job does not fit (or the device refused a call) */
-    if (failed_total)
-      fprintf(stderr, "cubemem replay: %" PRIu64 " reservation%s failed: the trace does not fit "
-              "this device with this layout (try 'cubemem fit')\n",
-              failed_total, failed_total == 1 ? "" : "s");
-    if (refused_total)
-      fprintf(stderr, "cubemem replay: the device refused %" PRIu64 " call%s as violations of "
-              "its rules\n", refused_total, refused_total == 1 ? "" : "s");
-    status = 3;
-  }
-
-out:
   if (cm_vulkan_messages_total() > 0) { /* only with CM_VULKAN_VALIDATION=1 */
     fprintf(stderr, "cubemem replay: %" PRIu64 " Vulkan validation message(s), shown above\n",
             cm_vulkan_messages_total());
     if (status == 0) status = 1;
   }
-  if (runs && done)
-    for (size_t ti = 0; ti < o.trace_count; ti++)
-      if (done[ti])
-        for (size_t l = 0; l < o.layout_count; l++)
-          cm_replay_result_free(&runs[ti * o.layout_count + l].res);
-  if (runs)
-    for (size_t k = 0; k < o.layout_count * o.trace_count; k++) {
-      cm_replay_recorder_free(runs[k].rec);
-      free(runs[k].json);
-    }
-  free(done);
-  free(series);
-  free(panels);
-  free(runs);
-  free(lays);
+  job_free(&job, &o);
   cm_logger_destroy(logger);
   cm_config_free(&cfg);
   return status;
