@@ -43,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/debug.h"
+
 typedef struct {
   char *ptr;
   size_t len, cap;
@@ -599,6 +601,86 @@ static size_t scan_digits(const char *t, size_t len, size_t *pos, int base, bool
   return nd;
 }
 
+/* inf or nan after an optional sign (t + pos, 3 bytes): a FLOAT into *out. */
+static int special_float(const char *t, size_t pos, bool neg, cm_toml_value_t **out) {
+  cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
+  if (!v) return CM_ENOMEM;
+  if (t[pos] == 'i') {
+    v->u.f = neg ? -INFINITY : INFINITY;
+  } else {
+    v->u.f = neg ? -NAN : NAN;
+  }
+  *out = v;
+  return CM_OK;
+}
+
+/* 0x / 0o / 0b integer t[0..len) (pos: 1 when a sign came first, an error). */
+static int radix_integer(parser_t *p, size_t off, const char *t, size_t len, size_t pos,
+                         cm_toml_value_t **out) {
+  bool ok;
+  if (pos) return perr(p, off, "a sign is not allowed on hexadecimal, octal or binary integers");
+  int base = t[1] == 'x' ? 16 : t[1] == 'o' ? 8 : 2;
+  size_t k = 2;
+  scan_digits(t, len, &k, base, &ok);
+  if (!ok || k != len) return perr(p, off, "invalid %s integer '%.*s'",
+                                   base == 16 ? "hexadecimal" : base == 8 ? "octal" : "binary",
+                                   (int)(len > 64 ? 64 : len), t);
+  uint64_t v = 0;
+  for (k = 2; k < len; k++) {
+    if (t[k] == '_') continue;
+    uint64_t d = (uint64_t)hexval((unsigned char)t[k]);
+    if (v > ((uint64_t)INT64_MAX - d) / (uint64_t)base) {
+      return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
+    }
+    v = v * (uint64_t)base + d;
+  }
+  cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
+  if (!nv) return CM_ENOMEM;
+  nv->u.i = (int64_t)v;
+  *out = nv;
+  return CM_OK;
+}
+
+/* A decimal float t[0..len) already checked: underscores dropped, the
+ * decimal point spelt the locale's way, converted by strtod. */
+static int decimal_float(parser_t *p, const char *t, size_t len, cm_toml_value_t **out) {
+  /* strtod honours LC_NUMERIC: spell the decimal point the locale's way */
+  const char *dp = localeconv()->decimal_point;
+  if (!dp || !*dp) dp = ".";
+  p->buf.len = 0;
+  for (size_t k = 0; k < len; k++) {
+    if (t[k] == '_') continue;
+    int arc = t[k] == '.' ? sb_add(&p->buf, dp, strlen(dp)) : sb_addc(&p->buf, t[k]);
+    if (arc != CM_OK) return CM_ENOMEM;
+  }
+  p->buf.ptr[p->buf.len] = '\0';
+  cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
+  if (!v) return CM_ENOMEM;
+  v->u.f = strtod(p->buf.ptr, NULL);
+  *out = v;
+  return CM_OK;
+}
+
+/* A decimal integer whose digits start at t + int_start, already checked. */
+static int decimal_integer(parser_t *p, size_t off, const char *t, size_t len, size_t int_start,
+                           bool neg, cm_toml_value_t **out) {
+  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  for (size_t k = int_start; k < len; k++) {
+    if (t[k] == '_') continue;
+    uint64_t d = (uint64_t)(t[k] - '0');
+    if (v > (lim - d) / 10) {
+      return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
+    }
+    v = v * 10 + d;
+  }
+  cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
+  if (!nv) return CM_ENOMEM;
+  nv->u.i = neg ? (int64_t)(0 - v) : (int64_t)v;
+  *out = nv;
+  return CM_OK;
+}
+
+/* A number token t[0..len) at source offset off: integer (any base) or float. */
 static int parse_number(parser_t *p, size_t off, const char *t, size_t len,
                         cm_toml_value_t **out) {
   size_t pos = 0;
@@ -607,40 +689,10 @@ static int parse_number(parser_t *p, size_t off, const char *t, size_t len,
     neg = t[0] == '-';
     pos = 1;
   }
-  if (len - pos == 3 && (memcmp(t + pos, "inf", 3) == 0 || memcmp(t + pos, "nan", 3) == 0)) {
-    cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
-    if (!v) return CM_ENOMEM;
-    if (t[pos] == 'i') {
-      v->u.f = neg ? -INFINITY : INFINITY;
-    } else {
-      v->u.f = neg ? -NAN : NAN;
-    }
-    *out = v;
-    return CM_OK;
-  }
-  if (len - pos >= 2 && t[pos] == '0' && (t[pos + 1] == 'x' || t[pos + 1] == 'o' || t[pos + 1] == 'b')) {
-    if (pos) return perr(p, off, "a sign is not allowed on hexadecimal, octal or binary integers");
-    int base = t[1] == 'x' ? 16 : t[1] == 'o' ? 8 : 2;
-    size_t k = 2;
-    scan_digits(t, len, &k, base, &ok);
-    if (!ok || k != len) return perr(p, off, "invalid %s integer '%.*s'",
-                                     base == 16 ? "hexadecimal" : base == 8 ? "octal" : "binary",
-                                     (int)(len > 64 ? 64 : len), t);
-    uint64_t v = 0;
-    for (k = 2; k < len; k++) {
-      if (t[k] == '_') continue;
-      uint64_t d = (uint64_t)hexval((unsigned char)t[k]);
-      if (v > ((uint64_t)INT64_MAX - d) / (uint64_t)base) {
-        return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
-      }
-      v = v * (uint64_t)base + d;
-    }
-    cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
-    if (!nv) return CM_ENOMEM;
-    nv->u.i = (int64_t)v;
-    *out = nv;
-    return CM_OK;
-  }
+  if (len - pos == 3 && (memcmp(t + pos, "inf", 3) == 0 || memcmp(t + pos, "nan", 3) == 0))
+    return special_float(t, pos, neg, out);
+  if (len - pos >= 2 && t[pos] == '0' && (t[pos + 1] == 'x' || t[pos + 1] == 'o' || t[pos + 1] == 'b'))
+    return radix_integer(p, off, t, len, pos, out);
   size_t int_start = pos;
   size_t nd = scan_digits(t, len, &pos, 10, &ok);
   if (!ok) goto invalid;
@@ -662,37 +714,8 @@ static int parse_number(parser_t *p, size_t off, const char *t, size_t len,
     if (!ok) goto invalid;
   }
   if (pos != len) goto invalid;
-  if (is_float) {
-    /* strtod honours LC_NUMERIC: spell the decimal point the locale's way */
-    const char *dp = localeconv()->decimal_point;
-    if (!dp || !*dp) dp = ".";
-    p->buf.len = 0;
-    for (size_t k = 0; k < len; k++) {
-      if (t[k] == '_') continue;
-      int arc = t[k] == '.' ? sb_add(&p->buf, dp, strlen(dp)) : sb_addc(&p->buf, t[k]);
-      if (arc != CM_OK) return CM_ENOMEM;
-    }
-    p->buf.ptr[p->buf.len] = '\0';
-    cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
-    if (!v) return CM_ENOMEM;
-    v->u.f = strtod(p->buf.ptr, NULL);
-    *out = v;
-    return CM_OK;
-  }
-  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-  for (size_t k = int_start; k < len; k++) {
-    if (t[k] == '_') continue;
-    uint64_t d = (uint64_t)(t[k] - '0');
-    if (v > (lim - d) / 10) {
-      return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
-    }
-    v = v * 10 + d;
-  }
-  cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
-  if (!nv) return CM_ENOMEM;
-  nv->u.i = neg ? (int64_t)(0 - v) : (int64_t)v;
-  *out = nv;
-  return CM_OK;
+  if (is_float) return decimal_float(p, t, len, out);
+  return decimal_integer(p, off, t, len, int_start, neg, out);
 invalid:
   return perr(p, off, "invalid number '%.*s'", (int)(len > 64 ? 64 : len), t);
 }
@@ -1042,9 +1065,100 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
   return CM_OK;
 }
 
+/* Walk a header's segments before the last one from the root, creating
+ * IMPLICIT tables and entering the last element of arrays of tables; the
+ * table reached goes to *out. */
+static int header_walk(parser_t *p, size_t base, size_t nseg, cm_toml_value_t **out) {
+  char kb[96];
+  cm_toml_value_t *t = p->root;
+  for (size_t k = 0; k + 1 < nseg; k++) {
+    const seg_t *sg = &p->segs[base + k];
+    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + sg->start, sg->len);
+    if (!child) {
+      int rc = new_table(p, sg, t, CM_TOML_TABLE_IMPLICIT, &child);
+      if (rc != CM_OK) return rc;
+    } else if (child->type == CM_TOML_TABLE) {
+      if (child->u.tab.kind == CM_TOML_TABLE_INLINE) {
+        return perr(p, sg->off, "cannot add to inline table '%s'", keyname(p, sg, kb, sizeof kb));
+      }
+    } else if (child->type == CM_TOML_ARRAY && child->u.arr.table_array) {
+      CM_ASSERT(child->u.arr.len > 0); /* [[h]] always adds an element */
+      child = child->u.arr.items[child->u.arr.len - 1];
+    } else {
+      return perr(p, sg->off, "key '%s' is already defined as %s", keyname(p, sg, kb, sizeof kb),
+                  kind_text(child));
+    }
+    t = child;
+  }
+  *out = t;
+  return CM_OK;
+}
+
+/* [h]: define table `last` in t (new, or an IMPLICIT one made EXPLICIT)
+ * and make it the current table. */
+static int header_table(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
+  char kb[96];
+  cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
+  if (!child) {
+    int rc = new_table(p, last, t, CM_TOML_TABLE_EXPLICIT, &child);
+    if (rc != CM_OK) return rc;
+  } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
+    child->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
+    child->line = last->line;
+    child->column = last->col;
+  } else if (child->type == CM_TOML_TABLE) {
+    return perr(p, last->off, "table '%s' is already defined (as %s)",
+                keyname(p, last, kb, sizeof kb), kind_text(child));
+  } else {
+    return perr(p, last->off, "key '%s' is already defined as %s",
+                keyname(p, last, kb, sizeof kb), kind_text(child));
+  }
+  p->cur = child;
+  return CM_OK;
+}
+
+/* [[h]]: append a table to the array of tables `last` in t (created when
+ * new) and make it the current table. */
+static int header_array(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
+  char kb[96];
+  int rc;
+  cm_toml_value_t *arr = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
+  if (!arr) {
+    rc = check_depth(p, last->off, t->u.tab.depth + 2);
+    if (rc != CM_OK) return rc;
+    arr = cm__toml_new(CM_TOML_ARRAY);
+    if (!arr) return CM_ENOMEM;
+    arr->u.arr.depth = t->u.tab.depth + 1;
+    arr->u.arr.table_array = true;
+    arr->line = last->line;
+    arr->column = last->col;
+    if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, arr) != CM_OK) {
+      cm__toml_free(arr);
+      return CM_ENOMEM;
+    }
+  } else if (arr->type != CM_TOML_ARRAY || !arr->u.arr.table_array) {
+    return perr(p, last->off, "cannot define array of tables '%s': key is already %s",
+                keyname(p, last, kb, sizeof kb), kind_text(arr));
+  }
+  rc = check_depth(p, last->off, arr->u.arr.depth + 1);
+  if (rc != CM_OK) return rc;
+  cm_toml_value_t *elem = cm__toml_new(CM_TOML_TABLE);
+  if (!elem) return CM_ENOMEM;
+  elem->u.tab.depth = arr->u.arr.depth + 1;
+  elem->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
+  elem->line = last->line;
+  elem->column = last->col;
+  if (cm__toml_array_push(arr, elem) != CM_OK) {
+    cm__toml_free(elem);
+    return CM_ENOMEM;
+  }
+  p->cur = elem;
+  return CM_OK;
+}
+
 /* [a.b] or [[a.b]] */
 static int parse_header(parser_t *p) {
-  char wbuf[16], kb[96];
+  char wbuf[16];
   bool aot = at(p, 1) == '[';
   p->i += aot ? 2 : 1;
   size_t base = p->nsegs, kbase = p->kbuf.len;
@@ -1056,76 +1170,12 @@ static int parse_header(parser_t *p) {
   }
   p->i += aot ? 2 : 1;
   size_t nseg = p->nsegs - base;
-  cm_toml_value_t *t = p->root;
-  for (size_t k = 0; k + 1 < nseg; k++) {
-    const seg_t *sg = &p->segs[base + k];
-    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + sg->start, sg->len);
-    if (!child) {
-      rc = new_table(p, sg, t, CM_TOML_TABLE_IMPLICIT, &child);
-      if (rc != CM_OK) return rc;
-    } else if (child->type == CM_TOML_TABLE) {
-      if (child->u.tab.kind == CM_TOML_TABLE_INLINE) {
-        return perr(p, sg->off, "cannot add to inline table '%s'", keyname(p, sg, kb, sizeof kb));
-      }
-    } else if (child->type == CM_TOML_ARRAY && child->u.arr.table_array) {
-      child = child->u.arr.items[child->u.arr.len - 1];
-    } else {
-      return perr(p, sg->off, "key '%s' is already defined as %s", keyname(p, sg, kb, sizeof kb),
-                  kind_text(child));
-    }
-    t = child;
-  }
+  cm_toml_value_t *t = NULL;
+  rc = header_walk(p, base, nseg, &t);
+  if (rc != CM_OK) return rc;
   const seg_t *last = &p->segs[base + nseg - 1];
-  cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
-  if (!aot) {
-    if (!child) {
-      rc = new_table(p, last, t, CM_TOML_TABLE_EXPLICIT, &child);
-      if (rc != CM_OK) return rc;
-    } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
-      child->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
-      child->line = last->line;
-      child->column = last->col;
-    } else if (child->type == CM_TOML_TABLE) {
-      return perr(p, last->off, "table '%s' is already defined (as %s)",
-                  keyname(p, last, kb, sizeof kb), kind_text(child));
-    } else {
-      return perr(p, last->off, "key '%s' is already defined as %s",
-                  keyname(p, last, kb, sizeof kb), kind_text(child));
-    }
-    p->cur = child;
-  } else {
-    cm_toml_value_t *arr = child;
-    if (!arr) {
-      rc = check_depth(p, last->off, t->u.tab.depth + 2);
-      if (rc != CM_OK) return rc;
-      arr = cm__toml_new(CM_TOML_ARRAY);
-      if (!arr) return CM_ENOMEM;
-      arr->u.arr.depth = t->u.tab.depth + 1;
-      arr->u.arr.table_array = true;
-      arr->line = last->line;
-      arr->column = last->col;
-      if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, arr) != CM_OK) {
-        cm__toml_free(arr);
-        return CM_ENOMEM;
-      }
-    } else if (arr->type != CM_TOML_ARRAY || !arr->u.arr.table_array) {
-      return perr(p, last->off, "cannot define array of tables '%s': key is already %s",
-                  keyname(p, last, kb, sizeof kb), kind_text(arr));
-    }
-    rc = check_depth(p, last->off, arr->u.arr.depth + 1);
-    if (rc != CM_OK) return rc;
-    cm_toml_value_t *elem = cm__toml_new(CM_TOML_TABLE);
-    if (!elem) return CM_ENOMEM;
-    elem->u.tab.depth = arr->u.arr.depth + 1;
-    elem->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
-    elem->line = last->line;
-    elem->column = last->col;
-    if (cm__toml_array_push(arr, elem) != CM_OK) {
-      cm__toml_free(elem);
-      return CM_ENOMEM;
-    }
-    p->cur = elem;
-  }
+  rc = aot ? header_array(p, t, last) : header_table(p, t, last);
+  if (rc != CM_OK) return rc;
   p->nsegs = base;
   p->kbuf.len = kbase;
   return CM_OK;
