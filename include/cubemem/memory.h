@@ -180,6 +180,14 @@ CM_API CM_NODISCARD int cm_pools_parse(const char *text, cm_device_props_t props
 /* Write a list back in the syntax cm_pools_parse accepts. Returns the length
  * needed (snprintf semantics). */
 CM_API size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size_t cap);
+/* The option keys of that syntax, for tools that check or complete layouts:
+ * returns the keys as written ("page", "max-slice", "cap", "max", "period",
+ * "reclaim", "object", in the order cm_pools_parse's messages list them) and
+ * sets *count (if non-NULL) to their number and *fields (if non-NULL) to the
+ * cm_pool_options_t field names at the same indexes ("page_size", ...),
+ * which cm_pools_parse accepts as synonyms. Both arrays are static and
+ * read-only (never freed). Cannot fail; pure function; thread-safe. */
+CM_API const char *const *cm_pools_keys(size_t *count, const char *const **fields);
 
 /* ---- the manager ------------------------------------------------------------ */
 

@@ -171,14 +171,32 @@ int cli_unknown_option(const char *cmd, const char *arg, const char *const *opti
 
 static const char *const k_presets[] = {"default", "subslices", "exclusive-pages"};
 static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena"};
-/* the keys cm_pools_parse accepts (src/core/layout.c) */
-static const char *const k_keys[] = {"page", "max-slice", "cap", "max", "period", "reclaim", "object"};
-#define NKEYS (sizeof k_keys / sizeof k_keys[0])
-/* internal field names accepted as aliases, and how users write them */
-static const char *const k_fields[NKEYS][2] = {
-    {"page_size", "page"},         {"max_slice_size", "max-slice"}, {"max_pool_size", "cap"},
-    {"max_alloc_size", "max"},     {"dealloc_period", "period"},    {"reclaim_at", "reclaim"},
-    {"max_object_size", "object"}};
+/* The option keys and their field-name synonyms are the library's
+ * (cm_pools_keys): the checker below knows no list of its own. */
+
+/* "page, max-slice, ... or object", each key followed by `suffix`, into buf. */
+static void key_list(char *buf, size_t cap, const char *suffix) {
+  size_t nk, w = 0;
+  const char *const *keys = cm_pools_keys(&nk, NULL);
+  buf[0] = '\0';
+  for (size_t k = 0; k < nk && w < cap; k++)
+    w += (size_t)snprintf(buf + w, cap - w, "%s%s%s", k == 0 ? "" : k + 1 == nk ? " or " : ", ",
+                          keys[k], suffix);
+}
+
+/* The key (as users write it) that `key` names, itself or through its field
+ * name (max_pool_size -> cap), or NULL. */
+static const char *key_named(const char *key) {
+  size_t nk;
+  const char *const *fields;
+  const char *const *keys = cm_pools_keys(&nk, &fields);
+  const char *user = NULL;
+  for (size_t k = 0; k < nk; k++) {
+    if (!strcmp(key, keys[k])) user = keys[k];
+    if (!strcmp(key, fields[k])) user = keys[k];
+  }
+  return user;
+}
 
 static bool is_one_of(const char *w, size_t len, const char *const *set, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -253,25 +271,26 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
       const char *iend = comma ? comma : qend;
       const char *eq = memchr(q, '=', (size_t)(iend - q));
       if (!eq) {
-        snprintf(err, cap, "pool %zu (%s): expected key=value, got '%.*s' (keys: page, max-slice, "
-                 "cap, max, period, reclaim)", idx, kind, (int)(iend - q), q);
+        char keys[160];
+        key_list(keys, sizeof keys, "");
+        snprintf(err, cap, "pool %zu (%s): expected key=value, got '%.*s' (keys: %s)", idx, kind,
+                 (int)(iend - q), q, keys);
         free(buf);
         return 1;
       }
       char key[64], val[96];
       snprintf(key, sizeof key, "%.*s", (int)((size_t)(eq - q) < 63 ? (size_t)(eq - q) : 63), q);
       snprintf(val, sizeof val, "%.*s", (int)((size_t)(iend - eq - 1) < 95 ? (size_t)(iend - eq - 1) : 95), eq + 1);
-      const char *user = NULL;
-      for (size_t k = 0; k < NKEYS; k++) {
-        if (!strcmp(key, k_keys[k])) user = k_keys[k];
-        if (!strcmp(key, k_fields[k][0])) user = k_fields[k][1];
-      }
+      const char *user = key_named(key);
       if (!user) {
-        const char *s = cli_suggest(key, k_keys, NKEYS);
-        char hint[64] = "";
+        size_t nk;
+        const char *const *keys = cm_pools_keys(&nk, NULL);
+        const char *s = cli_suggest(key, keys, nk);
+        char hint[64] = "", list[200];
         if (s) snprintf(hint, sizeof hint, "did you mean '%s='? ", s);
-        snprintf(err, cap, "pool %zu (%s): unknown option '%s='; %sexpected page=, max-slice=, "
-                 "cap=, max=, period=, reclaim= or object=", idx, kind, key, hint);
+        key_list(list, sizeof list, "=");
+        snprintf(err, cap, "pool %zu (%s): unknown option '%s='; %sexpected %s", idx, kind, key,
+                 hint, list);
         free(buf);
         return 1;
       }
@@ -313,10 +332,13 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
 }
 
 void cli_pool_message(char *msg, size_t cap) {
-  for (size_t k = 0; k < NKEYS; k++) {
+  size_t nk;
+  const char *const *fields;
+  const char *const *keys = cm_pools_keys(&nk, &fields);
+  for (size_t k = 0; k < nk; k++) {
     char from[40], to[40];
-    snprintf(from, sizeof from, "`%s`", k_fields[k][0]);
-    snprintf(to, sizeof to, "%s=", k_fields[k][1]);
+    snprintf(from, sizeof from, "`%s`", fields[k]);
+    snprintf(to, sizeof to, "%s=", keys[k]);
     char *hit;
     while ((hit = strstr(msg, from))) {
       size_t fl = strlen(from), tl = strlen(to), ml = strlen(msg);

@@ -50,9 +50,6 @@ typedef struct plan_opts {
   bool free_on_requested;
 } plan_opts_t;
 
-/* persistent_memory of the configuration in force (set once in cm_cli_plan) */
-static cm_persistent_memory_t g_persistent_memory = CM_PERSISTENT_ENABLED;
-
 static void usage(FILE *out) {
   fprintf(out,
           "usage: cubemem plan [options] TRACE\n"
@@ -156,10 +153,11 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
   return 0;
 }
 
-/* One dry-run replay of `t` through a fresh simulated device and manager. */
+/* One dry-run replay of `t` through a fresh simulated device and manager
+ * (pm: persistent_memory of the configuration in force). */
 static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_t n,
-                      cm_device_props_t props, uint64_t capacity, cm_replay_result_t *res,
-                      cm_diag_t *d) {
+                      cm_device_props_t props, uint64_t capacity, cm_persistent_memory_t pm,
+                      cm_replay_result_t *res, cm_diag_t *d) {
   cm_storage_t *st = NULL;
   int rc = cm_storage_sim_create(capacity, true, 0, &st);
   if (rc) {
@@ -173,7 +171,7 @@ static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_
   mc.props = props;
   mc.pools = pools;
   mc.pool_count = n;
-  mc.persistent_memory = g_persistent_memory;
+  mc.persistent_memory = pm;
   cm_manager_t *m = NULL;
   rc = cm_manager_create(st, &mc, &m, d);
   if (rc) {
@@ -221,6 +219,155 @@ static size_t make_plan(const cm_pool_options_t *in, size_t n, const cm_pool_rep
 
 static void fmt_b(uint64_t v, char *buf, size_t cap) { cm_format_bytes(v, buf, cap); }
 
+/* What the summary shows: the inputs, the measuring run, the plan and the
+ * check of the plan. */
+typedef struct plan_report {
+  const plan_opts_t *o;
+  const cm_trace_t *t;
+  const cli_trace_info_t *tinfo;
+  cm_device_props_t props;
+  cm_persistent_memory_t pm;
+  const char *config_used;
+  const cm_pool_options_t *pools, *plan; /* measured layout (n pools), plan (m pools) */
+  size_t n, m;
+  const cm_replay_result_t *base, *check; /* the measuring run, the plan's replay */
+  const char *text;                       /* the plan in the --pools syntax */
+} plan_report_t;
+
+/* The persistent_memory of the configuration (--config, discovered or
+ * none) into *pm, its name into config_used. Returns the exit status. */
+static int load_config(const plan_opts_t *o, cm_persistent_memory_t *pm, char *config_used,
+                       size_t cap) {
+  cm_config_t cfg;
+  cm_config_init(&cfg);
+  if (cli_config_load("plan", o->config_path, o->no_config, &cfg, config_used, cap)) {
+    cm_config_free(&cfg);
+    return 1;
+  }
+  *pm = cfg.persistent_memory;
+  cm_config_free(&cfg);
+  return 0;
+}
+
+/* Write the plan (m pools) as text into *text (malloc'd), check that it
+ * parses back (into back) and replay it dry into *check. Returns the exit
+ * status, with the reason on stderr. */
+static int check_plan(const plan_opts_t *o, const cm_trace_t *t, cm_device_props_t props,
+                      cm_persistent_memory_t pm, const cm_pool_options_t *plan, size_t m,
+                      cm_pool_options_t *back, cm_replay_result_t *check, char **text) {
+  size_t need = cm_pools_format(plan, m, NULL, 0);
+  *text = malloc(need + 1);
+  if (!*text) {
+    fprintf(stderr, "cubemem plan: out of memory\n");
+    return 1;
+  }
+  cm_pools_format(plan, m, *text, need + 1);
+
+  /* the plan must read back as itself, and replay without failures */
+  size_t nb = 0;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (cm_pools_parse(*text, props, back, CM_MAX_DYNAMIC_POOLS, &nb, &d) != CM_OK) {
+    fprintf(stderr, "cubemem plan: the planned layout '%s' does not parse back: %s\n", *text,
+            d.message);
+    return 1;
+  }
+  cm_diag_clear(&d);
+  int rc = dry_replay(t, back, nb, props, o->capacity, pm, check, &d);
+  if (rc) {
+    fprintf(stderr, "cubemem plan: %s [planned]: %s\n", o->trace,
+            d.message[0] ? d.message : cm_strerror(rc));
+    return 1;
+  }
+  return 0;
+}
+
+/* The summary's head: trace, device, configuration, layout, measured peak. */
+static void print_head(const plan_report_t *r) {
+  char a[32], b[32], c[96];
+  const cm_replay_result_t *base = r->base;
+  printf("plan    %s\n", r->o->trace);
+  cli_print_trace_summary(stdout, r->t);
+  if (r->tinfo->is_snapshot) {
+    fmt_b(r->tinfo->snap.reserved_bytes, a, sizeof a);
+    printf("        PyTorch snapshot, device %d of %d: PyTorch reserved %s in %" PRIu64
+           " segments at dump\n", r->tinfo->snap.device, r->tinfo->snap.device_count, a,
+           r->tinfo->snap.segments);
+  }
+  snprintf(c, sizeof c, "persistent memory %s (dry run: no device memory reserved)",
+           cm_config_persistent_memory_name(r->pm));
+  cli_print_device(stdout, "sim", r->o->capacity, r->props, c);
+  printf("config  %s\n", r->config_used);
+  printf("layout  %s\n", r->o->layout);
+  fmt_b(base->manager_reserved_peak, a, sizeof a);
+  cli_fmt_grouped(base->manager_reserved_peak, b, sizeof b);
+  printf("        measured peak reserved %s (%s bytes), %.3f x the live peak\n", a, b,
+         r->t->peak_live_bytes ? (double)base->manager_reserved_peak / (double)r->t->peak_live_bytes
+                               : 0.0);
+  if (base->failed_allocs)
+    printf("        %" PRIu64 " reserves failed under this layout (first: %s, %" PRIu64
+           " bytes: %s); their frees were skipped\n",
+           base->failed_allocs, cm_err_name(base->first_failure), base->first_failure_size,
+           base->first_failure_message);
+}
+
+/* The table of pools: measured peak and what the plan does with each. */
+static void print_pools(const plan_report_t *r) {
+  char a[32], b[32], c[96];
+  size_t n = r->n;
+  printf("\n  %4s  %-40s %10s %14s  %s\n", "#", "pool", "pages peak", "peak reserved",
+         "planned");
+  for (size_t i = 0; i <= n; i++) {
+    const cm_pool_report_t *pr = &r->base->pool_reports[i];
+    char desc[200];
+    if (i == n) {
+      if (!pr->pages_peak && !pr->largest_alloc) continue; /* unused persistent pool */
+      snprintf(desc, sizeof desc, "persistent");
+    } else {
+      cm_pools_format(&r->pools[i], 1, desc, sizeof desc);
+    }
+    fmt_b(measured_peak(pr), a, sizeof a);
+    if (i == n) snprintf(c, sizeof c, "(not part of the layout)");
+    else if (cappable(r->pools[i].kind)) {
+      fmt_b(r->plan[i].max_pool_size, b, sizeof b);
+      snprintf(c, sizeof c, "cap %s", b);
+    } else snprintf(c, sizeof c, "kept (no cap)");
+    char idx[8];
+    if (i == n) snprintf(idx, sizeof idx, "P");
+    else snprintf(idx, sizeof idx, "%zu", i);
+    printf("  %4s  %-40.40s %10" PRIu64 " %14s  %s\n", idx, desc, pr->pages_peak, a, c);
+  }
+  if (r->m > n) printf("  %4zu  %-40s %10s %14s  %s\n", n, "(uncapped copy of the last pool)",
+                       "-", "-", "takes what exceeds the plan");
+}
+
+/* The check line and the planned layout (the last line). Returns the exit
+ * status: 1 when the plan did worse than measured, 3 when reserves failed. */
+static int print_check(const plan_report_t *r) {
+  char a[32], b[32];
+  const cm_replay_result_t *base = r->base, *check = r->check;
+  int status = 0;
+  fmt_b(check->manager_reserved_peak, a, sizeof a);
+  cli_fmt_grouped(check->manager_reserved_peak, b, sizeof b);
+  printf("\ncheck   the plan replays with %" PRIu64 " failed reserve%s, peak reserved %s (%s"
+         " bytes)%s\n",
+         check->failed_allocs, check->failed_allocs == 1 ? "" : "s", a, b,
+         check->manager_reserved_peak <= base->manager_reserved_peak ? "" : "  [MORE than measured]");
+  printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
+  printf("%s\n", r->text);
+  if (check->failed_allocs > base->failed_allocs ||
+      check->manager_reserved_peak > base->manager_reserved_peak)
+    status = 1;
+  if (status == 0 && (base->failed_allocs || check->failed_allocs)) {
+    fprintf(stderr, "cubemem plan: %" PRIu64 " reservation%s failed in the dry run and %" PRIu64
+            " in the check: the trace does not fit this device with this layout (try 'cubemem "
+            "fit')\n",
+            base->failed_allocs, base->failed_allocs == 1 ? "" : "s", check->failed_allocs);
+    status = 3;
+  }
+  return status;
+}
+
 int cm_cli_plan(int argc, char **argv) {
   plan_opts_t o;
   memset(&o, 0, sizeof o);
@@ -231,20 +378,12 @@ int cm_cli_plan(int argc, char **argv) {
   static cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS], plan[CM_MAX_DYNAMIC_POOLS],
       back[CM_MAX_DYNAMIC_POOLS];
   size_t n = 0;
-  cm_diag_t d;
-  cm_diag_clear(&d);
   int lrc = cli_parse_layout("plan", o.layout, props, pools, CM_MAX_DYNAMIC_POOLS, &n);
   if (lrc) return lrc;
 
-  cm_config_t cfg;
-  cm_config_init(&cfg);
+  cm_persistent_memory_t pm = CM_PERSISTENT_ENABLED;
   char config_used[600];
-  if (cli_config_load("plan", o.config_path, o.no_config, &cfg, config_used, sizeof config_used)) {
-    cm_config_free(&cfg);
-    return 1;
-  }
-  g_persistent_memory = cfg.persistent_memory;
-  cm_config_free(&cfg);
+  if (load_config(&o, &pm, config_used, sizeof config_used)) return 1;
 
   cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
                             .free_on_requested = o.free_on_requested};
@@ -252,12 +391,12 @@ int cm_cli_plan(int argc, char **argv) {
   cm_trace_t *t = NULL;
   if (cli_trace_load("plan", o.trace, &to, &t, &tinfo)) return 1;
 
-  int status = 0;
   cm_replay_result_t base, check;
   memset(&base, 0, sizeof base);
   memset(&check, 0, sizeof check);
+  cm_diag_t d;
   cm_diag_clear(&d);
-  int rc = dry_replay(t, pools, n, props, o.capacity, &base, &d);
+  int rc = dry_replay(t, pools, n, props, o.capacity, pm, &base, &d);
   if (rc) {
     fprintf(stderr, "cubemem plan: %s [%s]: %s\n", o.trace, o.layout,
             d.message[0] ? d.message : cm_strerror(rc));
@@ -265,105 +404,15 @@ int cm_cli_plan(int argc, char **argv) {
     return 1;
   }
   size_t m = make_plan(pools, n, base.pool_reports, plan);
-  size_t need = cm_pools_format(plan, m, NULL, 0);
-  char *text = malloc(need + 1);
-  if (!text) {
-    fprintf(stderr, "cubemem plan: out of memory\n");
-    status = 1;
-    goto out;
+  char *text = NULL;
+  int status = check_plan(&o, t, props, pm, plan, m, back, &check, &text);
+  if (status == 0) {
+    plan_report_t r = {&o,    t, &tinfo, props, pm,     config_used, pools,
+                       plan,  n, m,      &base, &check, text};
+    print_head(&r);
+    print_pools(&r);
+    status = print_check(&r);
   }
-  cm_pools_format(plan, m, text, need + 1);
-
-  /* the plan must read back as itself, and replay without failures */
-  size_t nb = 0;
-  cm_diag_clear(&d);
-  if (cm_pools_parse(text, props, back, CM_MAX_DYNAMIC_POOLS, &nb, &d) != CM_OK) {
-    fprintf(stderr, "cubemem plan: the planned layout '%s' does not parse back: %s\n", text,
-            d.message);
-    status = 1;
-    goto out;
-  }
-  cm_diag_clear(&d);
-  rc = dry_replay(t, back, nb, props, o.capacity, &check, &d);
-  if (rc) {
-    fprintf(stderr, "cubemem plan: %s [planned]: %s\n", o.trace,
-            d.message[0] ? d.message : cm_strerror(rc));
-    status = 1;
-    goto out;
-  }
-
-  /* ---- the summary ---- */
-  char a[32], b[32], c[96];
-  printf("plan    %s\n", o.trace);
-  cli_print_trace_summary(stdout, t);
-  if (tinfo.is_snapshot) {
-    fmt_b(tinfo.snap.reserved_bytes, a, sizeof a);
-    printf("        PyTorch snapshot, device %d of %d: PyTorch reserved %s in %" PRIu64
-           " segments at dump\n", tinfo.snap.device, tinfo.snap.device_count, a,
-           tinfo.snap.segments);
-  }
-  snprintf(c, sizeof c, "persistent memory %s (dry run: no device memory reserved)",
-           cm_config_persistent_memory_name(g_persistent_memory));
-  {
-    char extra[96];
-    snprintf(extra, sizeof extra, "%s", c);
-    cli_print_device(stdout, "sim", o.capacity, props, extra);
-  }
-  printf("config  %s\n", config_used);
-  printf("layout  %s\n", o.layout);
-  fmt_b(base.manager_reserved_peak, a, sizeof a);
-  cli_fmt_grouped(base.manager_reserved_peak, b, sizeof b);
-  printf("        measured peak reserved %s (%s bytes), %.3f x the live peak\n", a, b,
-         t->peak_live_bytes ? (double)base.manager_reserved_peak / (double)t->peak_live_bytes : 0.0);
-  if (base.failed_allocs)
-    printf("        %" PRIu64 " reserves failed under this layout (first: %s, %" PRIu64
-           " bytes: %s); their frees were skipped\n",
-           base.failed_allocs, cm_err_name(base.first_failure), base.first_failure_size,
-           base.first_failure_message);
-  printf("\n  %4s  %-40s %10s %14s  %s\n", "#", "pool", "pages peak", "peak reserved",
-         "planned");
-  for (size_t i = 0; i <= n; i++) {
-    const cm_pool_report_t *r = &base.pool_reports[i];
-    char desc[200];
-    if (i == n) {
-      if (!r->pages_peak && !r->largest_alloc) continue; /* unused persistent pool */
-      snprintf(desc, sizeof desc, "persistent");
-    } else {
-      cm_pools_format(&pools[i], 1, desc, sizeof desc);
-    }
-    fmt_b(measured_peak(r), a, sizeof a);
-    if (i == n) snprintf(c, sizeof c, "(not part of the layout)");
-    else if (cappable(pools[i].kind)) {
-      fmt_b(plan[i].max_pool_size, b, sizeof b);
-      snprintf(c, sizeof c, "cap %s", b);
-    } else snprintf(c, sizeof c, "kept (no cap)");
-    char idx[8];
-    if (i == n) snprintf(idx, sizeof idx, "P");
-    else snprintf(idx, sizeof idx, "%zu", i);
-    printf("  %4s  %-40.40s %10" PRIu64 " %14s  %s\n", idx, desc, r->pages_peak, a, c);
-  }
-  if (m > n) printf("  %4zu  %-40s %10s %14s  %s\n", n, "(uncapped copy of the last pool)", "-",
-                    "-", "takes what exceeds the plan");
-  fmt_b(check.manager_reserved_peak, a, sizeof a);
-  cli_fmt_grouped(check.manager_reserved_peak, b, sizeof b);
-  printf("\ncheck   the plan replays with %" PRIu64 " failed reserve%s, peak reserved %s (%s"
-         " bytes)%s\n",
-         check.failed_allocs, check.failed_allocs == 1 ? "" : "s", a, b,
-         check.manager_reserved_peak <= base.manager_reserved_peak ? "" : "  [MORE than measured]");
-  printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
-  printf("%s\n", text);
-  if (check.failed_allocs > base.failed_allocs ||
-      check.manager_reserved_peak > base.manager_reserved_peak)
-    status = 1;
-  if (status == 0 && (base.failed_allocs || check.failed_allocs)) {
-    fprintf(stderr, "cubemem plan: %" PRIu64 " reservation%s failed in the dry run and %" PRIu64
-            " in the check: the trace does not fit this device with this layout (try 'cubemem "
-            "fit')\n",
-            base.failed_allocs, base.failed_allocs == 1 ? "" : "s", check.failed_allocs);
-    status = 3;
-  }
-
-out:
   free(text);
   cm_replay_result_free(&base);
   cm_replay_result_free(&check);

@@ -16,14 +16,14 @@
  * `--device` name (and may adjust the device capacity from the real device).
  * Add a backend there.
  *
- * Output: a side-by-side text report per trace (one column per layout) with a
- * per-pool table per layout, or with --json one JSON object per (trace,
- * layout) line; --html writes one page for every trace and layout
- * (cm_replay_html) embedding those same JSON objects. A progress line goes
- * to stderr for long replays when stderr is a terminal. Exit codes: 0 ok, 1 a
- * trace, the SVG or the HTML could not be read / written or a run failed,
- * 2 usage errors, 3 a reservation failed (the trace does not fit) or the
- * device refused a call.
+ * Output (written by cmd_replay_report.c): a side-by-side text report per
+ * trace (one column per layout) with a per-pool table per layout, or with
+ * --json one JSON object per (trace, layout) line; --html writes one page for
+ * every trace and layout (cm_replay_html) embedding those same JSON objects.
+ * A progress line goes to stderr for long replays when stderr is a
+ * terminal. Exit codes: 0 ok, 1 a trace, the SVG or the HTML could not be
+ * read / written or a run failed, 2 usage errors, 3 a reservation failed (the
+ * trace does not fit) or the device refused a call.
  *
  * Exports cm_cli_replay (cli.h).
  */
@@ -37,50 +37,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_replay.h"
 #include "cubemem/config.h"
 #include "cubemem/cuda.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
 #include "cubemem/vulkan.h"
 
-#define MAX_LAYOUTS 16
 #define TIMELINE_POINTS 2000
-
-typedef struct layout {
-  const char *text; /* as given on the command line */
-  cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS];
-  size_t count;
-} layout_t;
-
-typedef struct opts {
-  uint64_t capacity;
-  uint64_t alignment; /* 0 = the device's */
-  const char *device;
-  const char *layouts[MAX_LAYOUTS];
-  size_t layout_count;
-  const char *config_path;
-  const char *persistent_memory;
-  unsigned repeat;
-  bool json, skip_bad, progress;
-  bool no_config;         /* --no-config: no discovery */
-  int snapshot_device;    /* --snapshot-device, -1 = first with history */
-  bool free_on_requested; /* --snapshot-free-on requested */
-  char config_used[600];  /* the configuration the report names */
-  const char *svg;
-  const char *html; /* --html FILE */
-  bool fit;         /* --fit: also search the smallest device per layout */
-  const char **traces;
-  size_t trace_count;
-} opts_t;
-
-typedef struct run {
-  cm_replay_result_t res; /* statistics; timeline when --svg */
-  uint64_t median_ns;
-  double ns_per_op;
-  cm_replay_recorder_t *rec; /* with --html: what the report draws */
-  uint64_t fit_bytes;        /* with --fit: the smallest device (0: not found) */
-  char *json;                /* with --html: the --json object of this run */
-} run_t;
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -188,14 +152,6 @@ static int make_storage(const char *device, uint64_t *capacity, cm_cuda_allocato
   return CM_ENOTSUP;
 }
 
-/* ---- helpers --------------------------------------------------------------- */
-
-static void fmt_bytes(uint64_t b, char *buf, size_t cap) { cm_format_bytes(b, buf, cap); }
-
-static void fmt_grouped(uint64_t v, char *buf, size_t cap) { cli_fmt_grouped(v, buf, cap); }
-
-static void json_string(FILE *f, const char *s) { cli_json_string(f, s); }
-
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -214,20 +170,7 @@ static void on_progress(void *arg, uint64_t done, uint64_t total) {
   fflush(stderr);
 }
 
-static int write_file(void *arg, const char *data, size_t len) {
-  return fwrite(data, 1, len, (FILE *)arg) == len ? 0 : 1;
-}
-
 /* ---- one replay ---------------------------------------------------------------- */
-
-typedef struct env {
-  const opts_t *o;
-  cm_device_props_t props;
-  uint64_t capacity;
-  const cm_config_t *cfg;
-  cm_logger_t *logger;
-  const cli_trace_info_t *tinfo; /* the trace being reported */
-} env_t;
 
 static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
                        const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
@@ -311,93 +254,6 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   return CM_OK;
 }
 
-/* ---- reports ----------------------------------------------------------------- */
-
-static double ratio(const cm_replay_result_t *r) {
-  return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
-}
-
-/* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns}, and the
- * storage's errors and contract violations. */
-static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
-  const cm_storage_stats_t *d = &r->storage;
-  fprintf(f,
-          ",\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
-          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
-          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
-          ",\"address_frees\":%" PRIu64 "}",
-          r->driver_calls, d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
-          d->unmap_calls, d->releases, d->reserves, d->address_frees);
-  fprintf(f,
-          ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
-          ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
-          d->time_alloc_ns, d->time_free_ns, d->time_map_ns, d->time_unmap_ns, d->time_reserve_ns);
-  fprintf(f, ",\"storage_errors\":%" PRIu64 ",\"violations\":%" PRIu64, d->errors,
-          d->violations);
-}
-
-static void print_json(FILE *f, const char *tname, const layout_t *lay, const cm_trace_t *t,
-                       const run_t *run, const env_t *env) {
-  const cm_replay_result_t *r = &run->res;
-  fputs("{\"trace\":", f);
-  json_string(f, tname);
-  fputs(",\"layout\":", f);
-  json_string(f, lay->text);
-  fprintf(f,
-          ",\"device\":\"%s\",\"device_memory\":%" PRIu64 ",\"events\":%" PRIu64
-          ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
-          ",\"peak_reserved_bytes\":%" PRIu64 ",\"reserved_over_live\":%.6f"
-          ",\"manager_reserved_peak\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64
-          ",\"device_allocs\":%" PRIu64 ",\"device_frees\":%" PRIu64
-          ",\"device_maps\":%" PRIu64 ",\"device_unmaps\":%" PRIu64
-          ",\"device_time_ns\":%" PRIu64 ",\"failed_allocs\":%" PRIu64,
-          env->o->device, env->capacity, r->events, r->allocs, r->frees, r->peak_live_bytes,
-          r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
-          r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
-          r->failed_allocs);
-  fputs(",\"config\":", f);
-  json_string(f, env->o->config_used);
-  if (env->tinfo && env->tinfo->is_snapshot)
-    fprintf(f, ",\"snapshot_device\":%d,\"torch_reserved_bytes\":%" PRIu64
-               ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
-            env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
-            env->tinfo->snap.preexisting);
-  print_driver_json(f, r);
-  if (env->o->fit)
-    fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
-            r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
-  if (r->failed_allocs) {
-    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
-            cm_err_name(r->first_failure), r->first_failure_size);
-    json_string(f, r->first_failure_message);
-    fputc('}', f);
-  }
-  fprintf(f,
-          ",\"unknown_frees\":%" PRIu64 ",\"trace_alloc_failures\":%" PRIu64
-          ",\"duplicate_allocs\":%" PRIu64 ",\"bad_lines\":%" PRIu64 ",\"live_at_end\":%" PRIu64
-          ",\"repeat\":%u,\"time_ns\":%" PRIu64 ",\"ns_per_op\":%.2f,\"pools\":[",
-          t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines, t->live_at_end,
-          env->o->repeat, run->median_ns, run->ns_per_op);
-  for (size_t j = 0; j <= r->pool_count; j++) {
-    const cm_pool_report_t *p = &r->pool_reports[j];
-    char desc[160];
-    if (j == r->pool_count) snprintf(desc, sizeof desc, "persistent");
-    else cm_pools_format(&p->options, 1, desc, sizeof desc);
-    if (j) fputc(',', f);
-    fputs("{\"pool\":", f);
-    json_string(f, desc);
-    fprintf(f,
-            ",\"pages\":%" PRIu64 ",\"pages_peak\":%" PRIu64 ",\"reserved\":%" PRIu64
-            ",\"reserved_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64,
-            p->pages, p->pages_peak, p->usage.bytes_reserved, p->bytes_reserved_peak,
-            p->largest_alloc);
-    if (r->pool_reserved_at_peak)
-      fprintf(f, ",\"reserved_at_device_peak\":%" PRIu64, r->pool_reserved_at_peak[j]);
-    fputc('}', f);
-  }
-  fputs("]}\n", f);
-}
-
 /* --fit: the smallest simulated device on which `t` replays under `lay` with
  * no failed reservation (cm_replay_fit; the layout stays resolved for the
  * device of --device-memory). 0 when the trace does not fit even unlimited. */
@@ -413,198 +269,78 @@ static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace
   return cm_replay_fit(t, &mc, NULL, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
 }
 
-/* The --json object of a run as a string (no newline), or NULL. */
-static char *json_object(const char *tname, const layout_t *lay, const cm_trace_t *t,
-                         const run_t *run, const env_t *env) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) return NULL;
-  print_json(f, tname, lay, t, run, env);
-  if (fclose(f) != 0) {
-    free(buf);
-    return NULL;
-  }
-  while (len && buf[len - 1] == '\n') buf[--len] = '\0';
-  return buf;
-}
-
-/* --html: one page for every trace and layout. Returns the exit status. */
-static int write_html(const char *path, const char *const *traces, size_t nt,
-                      const layout_t *lays, const run_t *runs, size_t nl) {
-  cm_replay_html_panel_t *panels = calloc(nt ? nt : 1, sizeof *panels);
-  size_t ns = nt * nl;
-  cm_replay_html_series_t *series = calloc(ns ? ns : 1, sizeof *series);
-  int rc = panels && series ? CM_OK : CM_ENOMEM;
-  for (size_t ti = 0; ti < nt && rc == CM_OK; ti++) {
-    panels[ti] = (cm_replay_html_panel_t){.title = traces[ti], .series = &series[ti * nl],
-                                          .series_count = nl};
-    for (size_t l = 0; l < nl; l++) {
-      const run_t *r = &runs[ti * nl + l];
-      series[ti * nl + l] = (cm_replay_html_series_t){lays[l].text, &r->res, r->rec, r->json};
-    }
-  }
-  FILE *f = rc == CM_OK ? fopen(path, "w") : NULL;
-  if (rc == CM_OK && !f) {
-    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, strerror(errno));
-    rc = CM_EIO;
-  } else if (f) {
-    rc = cm_replay_html(panels, nt, NULL, write_file, f);
-    if (fclose(f) != 0 && rc == CM_OK) rc = CM_EIO;
-    if (rc != CM_OK) fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, cm_strerror(rc));
-  } else {
-    fprintf(stderr, "cubemem replay: out of memory writing %s\n", path);
-  }
-  free(series);
-  free(panels);
-  return rc == CM_OK ? 0 : 1;
-}
-
-/* "A / B" into a 64-byte table cell. */
-static void fmt_pair(char *cell, uint64_t a, uint64_t b) {
-  snprintf(cell, 64, "%" PRIu64 " / %" PRIu64, a, b);
-}
-
-/* A row of the side-by-side table: label, then one cell per layout. */
-static void row(const char *label, char cells[][64], size_t n, size_t width) {
-  printf("  %-20s", label);
-  for (size_t i = 0; i < n; i++) printf("  %*s", (int)width, cells[i]);
-  printf("\n");
-}
-
-static void print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
-                       const run_t *runs, size_t n, const env_t *env) {
-  char c[MAX_LAYOUTS][64], a[32], b[32];
-  printf("trace   %s\n", tname);
-  cli_print_trace_summary(stdout, t);
-  if (env->tinfo && env->tinfo->is_snapshot) {
-    const cm_snapshot_info_t *si = &env->tinfo->snap;
-    fmt_bytes(si->reserved_bytes, a, sizeof a);
-    printf("        PyTorch snapshot, device %d of %d: %" PRIu64 " allocations live before "
-           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump\n",
-           si->device, si->device_count, si->preexisting, a, si->segments);
-  }
-  if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
-    printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
-           " 'allocate failure' rows, %" PRIu64 " re-allocated live pointers, %" PRIu64
-           " malformed lines skipped\n",
-           t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
-  snprintf(b, sizeof b, "persistent memory %s",
-           cm_config_persistent_memory_name(env->cfg->persistent_memory));
-  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
-  printf("config  %s\n\n", env->o->config_used);
-
-  size_t width = 12;
-  for (size_t i = 0; i < n; i++) {
-    size_t L = strlen(lays[i].text);
-    if (L > 24) snprintf(c[i], 64, "%.21s...", lays[i].text);
-    else snprintf(c[i], 64, "%s", lays[i].text);
-    if (strlen(c[i]) > width) width = strlen(c[i]);
-  }
-  row("layout", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_live_bytes, c[i], 64);
-  row("peak live", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_reserved_bytes, c[i], 64);
-  row("peak reserved", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
-  row("  (bytes)", c, n, width);
-  for (size_t i = 0; i < n; i++) {
-    if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
-    else snprintf(c[i], 64, "-");
-  }
-  row("reserved / live", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
-  row("reserved at end", c, n, width);
-  for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
-    const cm_replay_result_t *r = &runs[i].res;
-    fmt_pair(c[i], r->device_allocs - r->device_maps, r->device_frees - r->device_unmaps);
-  }
-  row("device allocs/frees", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.driver_calls, c[i], 64);
-  row("driver calls", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.creates, runs[i].res.storage.map_calls);
-  row("  create / map", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.unmap_calls, runs[i].res.storage.releases);
-  row("  unmap / release", c, n, width);
-  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.storage.set_access);
-  row("  set access", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.allocs, runs[i].res.storage.deallocs);
-  row("  alloc / free", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.reserves, runs[i].res.storage.address_frees);
-  row("  reserve / free VA", c, n, width);
-  if (env->tinfo && env->tinfo->is_snapshot) {
-    for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
-    row("reserved by PyTorch", c, n, width); /* at dump */
-  }
-  bool refused = false;
-  for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;
-  if (refused) {
-    for (size_t i = 0; i < n; i++)
-      snprintf(c[i], 64, "%" PRIu64 " (%" PRIu64 " violations)", runs[i].res.storage.errors,
-               runs[i].res.storage.violations);
-    row("driver errors", c, n, width);
-  }
-  if (strcmp(env->o->device, "sim") != 0) { /* real devices: time spent in driver calls */
-    for (size_t i = 0; i < n; i++)
-      snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
-    row("time in driver calls", c, n, width);
-  }
-  if (env->o->fit) {
-    for (size_t i = 0; i < n; i++) {
-      if (runs[i].fit_bytes) fmt_bytes(runs[i].fit_bytes, c[i], 64);
-      else snprintf(c[i], 64, "-");
-    }
-    row("smallest device", c, n, width);
-    for (size_t i = 0; i < n; i++)
-      snprintf(c[i], 64, "%.4f",
-               runs[i].res.peak_live_bytes
-                   ? (double)runs[i].fit_bytes / (double)runs[i].res.peak_live_bytes : 0.0);
-    row("  / peak live", c, n, width);
-  }
-  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
-  row("failed reserves", c, n, width);
-  for (size_t i = 0; i < n; i++) {
-    double ms = (double)runs[i].median_ns / 1e6;
-    if (ms >= 1000) snprintf(c[i], 64, "%.3f s", ms / 1000);
-    else snprintf(c[i], 64, "%.3f ms", ms);
-  }
-  row(env->o->repeat > 1 ? "time (median)" : "time", c, n, width);
-  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.1f", runs[i].ns_per_op);
-  row("ns / op", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    if (runs[i].res.failed_allocs)
-      printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
-             cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
-             runs[i].res.first_failure_message);
-
-  for (size_t i = 0; i < n; i++) {
-    const cm_replay_result_t *r = &runs[i].res;
-    printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);
-    printf("  %4s  %-44s %7s %7s %12s %12s %12s\n", "#", "kind / options", "pages", "peak",
-           "reserved", "reserved max", "largest");
-    for (size_t j = 0; j <= r->pool_count; j++) {
-      const cm_pool_report_t *p = &r->pool_reports[j];
-      char desc[160], r1[32], r2[32], r3[32];
-      if (j == r->pool_count) {
-        if (!p->pages_peak && !p->largest_alloc) continue; /* unused persistent pool */
-        snprintf(desc, sizeof desc, "persistent");
-      } else {
-        cm_pools_format(&p->options, 1, desc, sizeof desc);
-      }
-      fmt_bytes(p->usage.bytes_reserved, r1, sizeof r1);
-      fmt_bytes(p->bytes_reserved_peak, r2, sizeof r2);
-      fmt_bytes(p->largest_alloc, r3, sizeof r3);
-      char idx[8];
-      if (j == r->pool_count) snprintf(idx, sizeof idx, "P");
-      else snprintf(idx, sizeof idx, "%zu", j);
-      printf("  %4s  %-44.44s %7" PRIu64 " %7" PRIu64 " %12s %12s %12s\n", idx, desc, p->pages,
-             p->pages_peak, r1, r2, r3);
-    }
-  }
-  printf("\n");
-}
-
 /* ---- main ------------------------------------------------------------------- */
+
+/* Whether argv[*i] is an option that takes a value (--opt VALUE or
+ * --opt=VALUE): then *name is the option and *val its value (NULL when
+ * missing; *i moves past a separate value). */
+static bool value_option(int argc, char **argv, int *i, const char **name, const char **val) {
+  static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
+                                           "--config", "--persistent-memory", "--repeat",
+                                           "--svg", "--device", "--html", "--snapshot-device",
+                                           "--snapshot-free-on"};
+  const char *a = argv[*i];
+  *name = NULL;
+  *val = NULL;
+  for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
+    size_t L = strlen(with_value[k]);
+    if (!strncmp(a, with_value[k], L) && (a[L] == '\0' || a[L] == '=')) {
+      *name = with_value[k];
+      if (a[L] == '=') *val = a + L + 1;
+      else if (*i + 1 < argc) *val = argv[++*i];
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Apply option `name` with its value. Returns 0, or 2 with the reason on stderr. */
+static int set_value_option(opts_t *o, const char *name, const char *val) {
+  if (!strcmp(name, "--device-memory")) {
+    if (cli_device_memory_option("replay", val, &o->capacity)) return 2;
+  } else if (!strcmp(name, "--alignment")) {
+    if (cli_alignment_option("replay", val, &o->alignment)) return 2;
+  } else if (!strcmp(name, "--pools")) {
+    if (o->layout_count == MAX_LAYOUTS) {
+      fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
+      return 2;
+    }
+    o->layouts[o->layout_count++] = val;
+  } else if (!strcmp(name, "--config")) {
+    o->config_path = val;
+  } else if (!strcmp(name, "--persistent-memory")) {
+    o->persistent_memory = val;
+  } else if (!strcmp(name, "--repeat")) {
+    char *end;
+    unsigned long r = strtoul(val, &end, 10);
+    if (*end || r == 0 || r > 100000 || val[0] == '-') {
+      fprintf(stderr, "cubemem replay: bad --repeat '%s' (1..100000)\n", val);
+      return 2;
+    }
+    o->repeat = (unsigned)r;
+  } else if (!strcmp(name, "--svg")) {
+    o->svg = val;
+  } else if (!strcmp(name, "--html")) {
+    o->html = val;
+  } else if (!strcmp(name, "--device")) {
+    o->device = val;
+  } else if (!strcmp(name, "--snapshot-device")) {
+    char *end;
+    long dv = strtol(val, &end, 10);
+    if (!*val || *end || dv < 0 || dv > 65535) {
+      fprintf(stderr, "cubemem replay: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
+      return 2;
+    }
+    o->snapshot_device = (int)dv;
+  } else if (!strcmp(name, "--snapshot-free-on")) {
+    if (strcmp(val, "completed") && strcmp(val, "requested")) {
+      fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
+      return 2;
+    }
+    o->free_on_requested = !strcmp(val, "requested");
+  }
+  return 0;
+}
 
 static int parse_args(int argc, char **argv, opts_t *o) {
   static const char *trace_buf[1024];
@@ -638,22 +374,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     if (!strcmp(a, "--no-config")) { o->no_config = true; continue; }
-    /* options with a value: --opt VALUE or --opt=VALUE */
-    static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
-                                             "--config", "--persistent-memory", "--repeat",
-                                             "--svg", "--device", "--html", "--snapshot-device",
-                                             "--snapshot-free-on"};
-    const char *name = NULL, *val = NULL;
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
-      size_t L = strlen(with_value[k]);
-      if (!strncmp(a, with_value[k], L) && (a[L] == '\0' || a[L] == '=')) {
-        name = with_value[k];
-        if (a[L] == '=') val = a + L + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        break;
-      }
-    }
-    if (!name) {
+    const char *name, *val;
+    if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
           "--repeat", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
@@ -664,49 +386,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       fprintf(stderr, "cubemem replay: %s needs a value\n", name);
       return 2;
     }
-    if (!strcmp(name, "--device-memory")) {
-      if (cli_device_memory_option("replay", val, &o->capacity)) return 2;
-    } else if (!strcmp(name, "--alignment")) {
-      if (cli_alignment_option("replay", val, &o->alignment)) return 2;
-    } else if (!strcmp(name, "--pools")) {
-      if (o->layout_count == MAX_LAYOUTS) {
-        fprintf(stderr, "cubemem replay: at most %d --pools\n", MAX_LAYOUTS);
-        return 2;
-      }
-      o->layouts[o->layout_count++] = val;
-    } else if (!strcmp(name, "--config")) {
-      o->config_path = val;
-    } else if (!strcmp(name, "--persistent-memory")) {
-      o->persistent_memory = val;
-    } else if (!strcmp(name, "--repeat")) {
-      char *end;
-      unsigned long r = strtoul(val, &end, 10);
-      if (*end || r == 0 || r > 100000 || val[0] == '-') {
-        fprintf(stderr, "cubemem replay: bad --repeat '%s' (1..100000)\n", val);
-        return 2;
-      }
-      o->repeat = (unsigned)r;
-    } else if (!strcmp(name, "--svg")) {
-      o->svg = val;
-    } else if (!strcmp(name, "--html")) {
-      o->html = val;
-    } else if (!strcmp(name, "--device")) {
-      o->device = val;
-    } else if (!strcmp(name, "--snapshot-device")) {
-      char *end;
-      long dv = strtol(val, &end, 10);
-      if (!*val || *end || dv < 0 || dv > 65535) {
-        fprintf(stderr, "cubemem replay: bad --snapshot-device '%s' (a device index: 0, 1, ...)\n", val);
-        return 2;
-      }
-      o->snapshot_device = (int)dv;
-    } else if (!strcmp(name, "--snapshot-free-on")) {
-      if (strcmp(val, "completed") && strcmp(val, "requested")) {
-        fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
-        return 2;
-      }
-      o->free_on_requested = !strcmp(val, "requested");
-    }
+    if (set_value_option(o, name, val)) return 2;
   }
   if (o->trace_count == 0) {
     fprintf(stderr, "cubemem replay: no trace given\n\n");
@@ -718,185 +398,237 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+/* The configuration (--config, discovered or none) with --persistent-memory
+ * applied, and the logger it asks for (NULL when disabled) into *logger;
+ * o->config_used names the file. Returns the exit status; on failure *cfg
+ * is freed. */
+static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  cm_config_init(cfg);
+  if (cli_config_load("replay", o->config_path, o->no_config, cfg, o->config_used,
+                      sizeof o->config_used)) {
+    cm_config_free(cfg);
+    return 1;
+  }
+  if (o->persistent_memory &&
+      cm_config_set(cfg, "memory.persistent_memory", o->persistent_memory, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: --persistent-memory: %s\n", d.message);
+    cm_config_free(cfg);
+    return 2;
+  }
+  *logger = NULL;
+  if (cfg->logger.level != CM_LOG_DISABLED &&
+      cm_config_make_logger(cfg, NULL, NULL, logger, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
+    cm_config_free(cfg);
+    return 1;
+  }
+  return 0;
+}
+
+/* A real device (--device other than sim): open it once so that its total
+ * memory drives the presets (max page = total / 4). Returns the exit status. */
+static int probe_device(env_t *env) {
+  const opts_t *o = env->o;
+  if (strcmp(o->device, "sim") == 0) return 0;
+  cm_storage_t *probe = NULL;
+  uint64_t cap = o->capacity;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (make_storage(o->device, &cap, env->cfg->cuda_allocator, &probe, &d) != CM_OK) {
+    fprintf(stderr, "cubemem replay: --device %s: %s\n", o->device,
+            d.message[0] ? d.message : cm_strerror(d.code));
+    return 1;
+  }
+  cm_storage_destroy(probe);
+  env->capacity = cap;
+  return 0;
+}
+
+/* What a run over every trace and layout holds. */
+typedef struct job {
+  layout_t *lays;             /* one per --pools */
+  run_t *runs;                /* runs[trace * layout_count + layout] */
+  cm_replay_panel_t *panels;  /* --svg: one per trace */
+  cm_replay_series_t *series; /* the panels' series, indexed as runs */
+  bool *done;                 /* the trace's runs hold results */
+  cli_trace_info_t tinfo;     /* the trace being replayed (env->tinfo) */
+  uint64_t failed_total;      /* failed reserves, every run */
+  uint64_t refused_total;     /* calls the device refused, every run */
+  int stdout_errno;           /* the first failed write of the report */
+} job_t;
+
+/* Allocate the job's arrays and parse every --pools layout. Returns the
+ * exit status. */
+static int job_prepare(job_t *job, const env_t *env) {
+  const opts_t *o = env->o;
+  job->lays = calloc(o->layout_count, sizeof *job->lays);
+  job->runs = calloc(o->layout_count * o->trace_count, sizeof *job->runs);
+  job->panels = calloc(o->trace_count, sizeof *job->panels);
+  job->series = calloc(o->layout_count * o->trace_count, sizeof *job->series);
+  job->done = calloc(o->trace_count, sizeof *job->done);
+  if (!job->lays || !job->runs || !job->panels || !job->series || !job->done) {
+    fprintf(stderr, "cubemem replay: out of memory\n");
+    return 1;
+  }
+  for (size_t l = 0; l < o->layout_count; l++) {
+    job->lays[l].text = o->layouts[l];
+    int lrc = cli_parse_layout("replay", o->layouts[l], env->props, job->lays[l].pools,
+                               CM_MAX_DYNAMIC_POOLS, &job->lays[l].count);
+    if (lrc) return lrc;
+  }
+  return 0;
+}
+
+/* Free what the job holds (any part may be missing). */
+static void job_free(job_t *job, const opts_t *o) {
+  if (job->runs && job->done)
+    for (size_t ti = 0; ti < o->trace_count; ti++)
+      if (job->done[ti])
+        for (size_t l = 0; l < o->layout_count; l++)
+          cm_replay_result_free(&job->runs[ti * o->layout_count + l].res);
+  if (job->runs)
+    for (size_t k = 0; k < o->layout_count * o->trace_count; k++) {
+      cm_replay_recorder_free(job->runs[k].rec);
+      free(job->runs[k].json);
+    }
+  free(job->done);
+  free(job->series);
+  free(job->panels);
+  free(job->runs);
+  free(job->lays);
+}
+
+/* Replay trace `t` under every layout into tr[]. False (message on stderr,
+ * the results so far freed) when a run fails. */
+static bool replay_trace(const env_t *env, const layout_t *lays, const char *tname,
+                         const cm_trace_t *t, run_t *tr) {
+  const opts_t *o = env->o;
+  cm_diag_t d;
+  for (size_t l = 0; l < o->layout_count; l++) {
+    cm_diag_clear(&d);
+    int rc = replay_layout(env, &lays[l], tname, t, &tr[l], &d);
+    if (rc == CM_OK && o->fit) tr[l].fit_bytes = fit_layout(env, &lays[l], t);
+    if (rc != CM_OK) {
+      fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
+              d.message[0] ? d.message : cm_strerror(rc));
+      for (size_t k = 0; k <= l; k++) cm_replay_result_free(&tr[k].res);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Report trace number ti (text or --json), keep its --html objects, and
+ * make its --svg panel. */
+static void report_trace(const env_t *env, job_t *job, size_t ti, const char *tname,
+                         const cm_trace_t *t) {
+  const opts_t *o = env->o;
+  size_t nl = o->layout_count;
+  run_t *tr = &job->runs[ti * nl];
+  for (size_t l = 0; l < nl; l++) {
+    job->failed_total += tr[l].res.failed_allocs;
+    job->refused_total += tr[l].res.storage.violations;
+  }
+  if (o->json)
+    for (size_t l = 0; l < nl; l++)
+      cli_replay_print_json(stdout, tname, &job->lays[l], t, &tr[l], env);
+  else
+    cli_replay_print_text(tname, t, job->lays, tr, nl, env);
+  if ((fflush(stdout) != 0 || ferror(stdout)) && !job->stdout_errno)
+    job->stdout_errno = errno ? errno : EIO;
+  if (o->html) /* the report embeds the objects --json prints */
+    for (size_t l = 0; l < nl; l++)
+      tr[l].json = cli_replay_json_object(tname, &job->lays[l], t, &tr[l], env);
+  job->done[ti] = true;
+  job->panels[ti].title = tname;
+  job->panels[ti].series = &job->series[ti * nl];
+  job->panels[ti].series_count = nl;
+  for (size_t l = 0; l < nl; l++)
+    job->series[ti * nl + l] = (cm_replay_series_t){job->lays[l].text, &tr[l].res};
+}
+
+/* Load, replay and report every trace in turn. Returns the exit status. */
+static int replay_all(env_t *env, job_t *job) {
+  const opts_t *o = env->o;
+  cli_trace_options_t to = {.skip_bad = o->skip_bad, .snapshot_device = o->snapshot_device,
+                            .free_on_requested = o->free_on_requested};
+  env->tinfo = &job->tinfo;
+  /* A reader that stops early (| head) must not cost the requested files:
+   * writes to a closed pipe fail with EPIPE instead of killing the process,
+   * the report stops, and the SVG is still written. */
+  signal(SIGPIPE, SIG_IGN);
+  for (size_t ti = 0; ti < o->trace_count; ti++) {
+    const char *tname = o->traces[ti];
+    cm_trace_t *t = NULL;
+    if (cli_trace_load("replay", tname, &to, &t, &job->tinfo)) return 1;
+    bool ok = replay_trace(env, job->lays, tname, t, &job->runs[ti * o->layout_count]);
+    if (ok) report_trace(env, job, ti, tname, t);
+    cm_trace_free(t);
+    if (!ok) return 1;
+  }
+  return 0;
+}
+
+/* After the replays (status so far): the SVG, a failed report, the HTML,
+ * then exit 3 when a reservation failed or the device refused a call. */
+static int finish(const env_t *env, const job_t *job, int status) {
+  const opts_t *o = env->o;
+  if (o->svg && status == 0) status = cli_replay_write_svg(o->svg, job->panels, o->trace_count);
+  if (job->stdout_errno && job->stdout_errno != EPIPE) {
+    fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(job->stdout_errno));
+    if (!status) status = 1;
+  }
+  if (o->html && status == 0)
+    status = cli_replay_write_html(o->html, o->traces, o->trace_count, job->lays, job->runs,
+                                   o->layout_count);
+  if (status == 0 && (job->failed_total || job->refused_total)) {
+    /* exit 3: the job does not fit (or the device refused a call) */
+    if (job->failed_total)
+      fprintf(stderr, "cubemem replay: %" PRIu64 " reservation%s failed: the trace does not fit "
+              "this device with this layout (try 'cubemem fit')\n",
+              job->failed_total, job->failed_total == 1 ? "" : "s");
+    if (job->refused_total)
+      fprintf(stderr, "cubemem replay: the device refused %" PRIu64 " call%s as violations of "
+              "its rules\n", job->refused_total, job->refused_total == 1 ? "" : "s");
+    status = 3;
+  }
+  return status;
+}
+
 int cm_cli_replay(int argc, char **argv) {
   opts_t o;
   memset(&o, 0, sizeof o);
   int prc = parse_args(argc, argv, &o);
   if (prc) return prc < 0 ? 0 : prc;
 
-  int status = 0;
-  uint64_t failed_total = 0, refused_total = 0;
-  cm_diag_t d;
-  cm_diag_clear(&d);
-
   /* configuration: file, then the command line */
   cm_config_t cfg;
-  cm_config_init(&cfg);
-  if (cli_config_load("replay", o.config_path, o.no_config, &cfg, o.config_used,
-                      sizeof o.config_used)) {
-    cm_config_free(&cfg);
-    return 1;
-  }
-  if (o.persistent_memory &&
-      cm_config_set(&cfg, "memory.persistent_memory", o.persistent_memory, &d) != CM_OK) {
-    fprintf(stderr, "cubemem replay: --persistent-memory: %s\n", d.message);
-    cm_config_free(&cfg);
-    return 2;
-  }
   cm_logger_t *logger = NULL;
-  if (cfg.logger.level != CM_LOG_DISABLED &&
-      cm_config_make_logger(&cfg, NULL, NULL, &logger, &d) != CM_OK) {
-    fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
-    cm_config_free(&cfg);
-    return 1;
-  }
+  int status = load_setup(&o, &cfg, &logger);
+  if (status) return status;
 
   env_t env = {.o = &o, .capacity = o.capacity, .cfg = &cfg, .logger = logger};
-  if (strcmp(o.device, "sim") != 0) {
-    /* A real device: its total memory drives the presets (max page = total / 4). */
-    cm_storage_t *probe = NULL;
-    uint64_t cap = o.capacity;
-    cm_diag_clear(&d);
-    if (make_storage(o.device, &cap, cfg.cuda_allocator, &probe, &d) != CM_OK) {
-      fprintf(stderr, "cubemem replay: --device %s: %s\n", o.device,
-              d.message[0] ? d.message : cm_strerror(d.code));
-      cm_logger_destroy(logger);
-      cm_config_free(&cfg);
-      return 1;
-    }
-    cm_storage_destroy(probe);
-    env.capacity = cap;
+  if (probe_device(&env)) {
+    cm_logger_destroy(logger);
+    cm_config_free(&cfg);
+    return 1;
   }
   env.props.max_page_size = env.capacity / 4;
   env.props.alignment = o.alignment ? o.alignment : 512;
 
-  layout_t *lays = calloc(o.layout_count, sizeof *lays);
-  run_t *runs = calloc(o.layout_count * o.trace_count, sizeof *runs);
-  cm_replay_panel_t *panels = calloc(o.trace_count, sizeof *panels);
-  cm_replay_series_t *series = calloc(o.layout_count * o.trace_count, sizeof *series);
-  bool *done = calloc(o.trace_count, sizeof *done);
-  if (!lays || !runs || !panels || !series || !done) {
-    fprintf(stderr, "cubemem replay: out of memory\n");
-    status = 1;
-    goto out;
-  }
-  for (size_t l = 0; l < o.layout_count; l++) {
-    lays[l].text = o.layouts[l];
-    int lrc = cli_parse_layout("replay", o.layouts[l], env.props, lays[l].pools,
-                               CM_MAX_DYNAMIC_POOLS, &lays[l].count);
-    if (lrc) {
-      status = lrc;
-      goto out;
-    }
-  }
+  job_t job;
+  memset(&job, 0, sizeof job);
+  status = job_prepare(&job, &env);
+  if (status == 0) status = finish(&env, &job, replay_all(&env, &job));
 
-  cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
-                            .free_on_requested = o.free_on_requested};
-  cli_trace_info_t tinfo;
-  env.tinfo = &tinfo;
-  /* A reader that stops early (| head) must not cost the requested files:
-   * writes to a closed pipe fail with EPIPE instead of killing the process,
-   * the report stops, and the SVG is still written. */
-  signal(SIGPIPE, SIG_IGN);
-  int stdout_errno = 0;
-  for (size_t ti = 0; ti < o.trace_count; ti++) {
-    const char *tname = o.traces[ti];
-    cm_trace_t *t = NULL;
-    if (cli_trace_load("replay", tname, &to, &t, &tinfo)) {
-      status = 1;
-      break;
-    }
-    run_t *tr = &runs[ti * o.layout_count];
-    bool ok = true;
-    for (size_t l = 0; l < o.layout_count; l++) {
-      cm_diag_clear(&d);
-      int rc = replay_layout(&env, &lays[l], tname, t, &tr[l], &d);
-      if (rc == CM_OK && o.fit) tr[l].fit_bytes = fit_layout(&env, &lays[l], t);
-      if (rc != CM_OK) {
-        fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
-                d.message[0] ? d.message : cm_strerror(rc));
-        status = 1;
-        ok = false;
-        for (size_t k = 0; k <= l; k++) cm_replay_result_free(&tr[k].res);
-        break;
-      }
-    }
-    if (ok) {
-      for (size_t l = 0; l < o.layout_count; l++) {
-        failed_total += tr[l].res.failed_allocs;
-        refused_total += tr[l].res.storage.violations;
-      }
-      if (o.json)
-        for (size_t l = 0; l < o.layout_count; l++) print_json(stdout, tname, &lays[l], t, &tr[l], &env);
-      else
-        print_text(tname, t, lays, tr, o.layout_count, &env);
-      if ((fflush(stdout) != 0 || ferror(stdout)) && !stdout_errno) stdout_errno = errno ? errno : EIO;
-      if (o.html) /* the report embeds the objects --json prints */
-        for (size_t l = 0; l < o.layout_count; l++) tr[l].json = json_object(tname, &lays[l], t, &tr[l], &env);
-      done[ti] = true;
-      panels[ti].title = tname;
-      panels[ti].series = &series[ti * o.layout_count];
-      panels[ti].series_count = o.layout_count;
-      for (size_t l = 0; l < o.layout_count; l++)
-        series[ti * o.layout_count + l] = (cm_replay_series_t){lays[l].text, &tr[l].res};
-    }
-    cm_trace_free(t);
-    if (!ok) break;
-  }
-
-  if (o.svg && status == 0) {
-    FILE *f = fopen(o.svg, "w");
-    if (!f) {
-      fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, strerror(errno));
-      status = 1;
-    } else {
-      int rc = cm_replay_svg(panels, o.trace_count, write_file, f);
-      if (fclose(f) != 0 || rc != CM_OK) {
-        fprintf(stderr, "cubemem replay: cannot write %s: %s\n", o.svg, cm_strerror(rc ? rc : CM_EIO));
-        status = 1;
-      }
-    }
-  }
-
-  if (stdout_errno && stdout_errno != EPIPE) {
-    fprintf(stderr, "cubemem replay: cannot write the report: %s\n", strerror(stdout_errno));
-    if (!status) status = 1;
-  }
-  if (o.html && status == 0) status = write_html(o.html, o.traces, o.trace_count, lays, runs,
-                                                o.layout_count);
-  if (status == 0 && (failed_total || refused_total)) {
-    /* exit 3: the job does not fit (or the device refused a call) */
-    if (failed_total)
-      fprintf(stderr, "cubemem replay: %" PRIu64 " reservation%s failed: the trace does not fit "
-              "this device with this layout (try 'cubemem fit')\n",
-              failed_total, failed_total == 1 ? "" : "s");
-    if (refused_total)
-      fprintf(stderr, "cubemem replay: the device refused %" PRIu64 " call%s as violations of "
-              "its rules\n", refused_total, refused_total == 1 ? "" : "s");
-    status = 3;
-  }
-
-out:
   if (cm_vulkan_messages_total() > 0) { /* only with CM_VULKAN_VALIDATION=1 */
     fprintf(stderr, "cubemem replay: %" PRIu64 " Vulkan validation message(s), shown above\n",
             cm_vulkan_messages_total());
     if (status == 0) status = 1;
   }
-  if (runs && done)
-    for (size_t ti = 0; ti < o.trace_count; ti++)
-      if (done[ti])
-        for (size_t l = 0; l < o.layout_count; l++)
-          cm_replay_result_free(&runs[ti * o.layout_count + l].res);
-  if (runs)
-    for (size_t k = 0; k < o.layout_count * o.trace_count; k++) {
-      cm_replay_recorder_free(runs[k].rec);
-      free(runs[k].json);
-    }
-  free(done);
-  free(series);
-  free(panels);
-  free(runs);
-  free(lays);
+  job_free(&job, &o);
   cm_logger_destroy(logger);
   cm_config_free(&cfg);
   return status;

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/config.h"
 
 /* Refuse absurd inputs instead of exhausting memory. */

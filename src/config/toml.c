@@ -13,7 +13,7 @@
  *
  * Exports: the cm_toml_* accessors, cm_toml_doc_free/root,
  * cm_toml_parse_file, cm_toml_datetime_format, and the cm__toml_* tree
- * helpers used by toml_parse.c.
+ * helpers used by toml_lex.c and toml_parse.c.
  */
 #include "toml_internal.h"
 

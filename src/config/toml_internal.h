@@ -1,7 +1,8 @@
 /*
  * toml_internal.h - private tree representation shared by the TOML reader
- * files (toml.c: tree + accessors, toml_parse.c: parser, toml_json.c: JSON
- * output). Not installed; nothing here is exported from the library.
+ * files (toml.c: tree + accessors, toml_lex.c and toml_parse.c: parser,
+ * toml_json.c: JSON output). Not installed; nothing here is exported from the
+ * library.
  *
  * Tree invariants:
  *  - every node is a heap-allocated cm_toml_value_t owned by exactly one

@@ -1,17 +1,14 @@
 /*
- * toml_parse.c - strict TOML 1.0.0 parser (cm_toml_parse).
+ * toml_parse.c - strict TOML 1.0.0 parser (cm_toml_parse): the document
+ * structure. toml_lex.c validates the encoding first and reads every key and
+ * scalar value; this file builds the tree from them.
  *
- * Algorithm:
- *  1. One pass over the raw bytes validates the encoding: well-formed UTF-8
- *     (no overlongs, surrogates or code points above U+10FFFF), no control
- *     characters except TAB/LF, CR only as part of CRLF, no NUL. TOML forbids
- *     these everywhere (comments and all string kinds included), so the
- *     grammar code below never has to re-check them.
- *  2. A hand-written recursive-descent parser walks the buffer once, building
- *     the tree of toml_internal.h. Recursion happens only for nested arrays
- *     and inline tables; every container gets a depth (root 0) and creating
- *     one deeper than CM_TOML_MAX_DEPTH is an error, which bounds both the
- *     parser's recursion and every later walk over the tree.
+ * Algorithm: after the encoding pass (toml_lex.c), a hand-written
+ * recursive-descent parser walks the buffer once, building the tree of
+ * toml_internal.h. Recursion happens only for nested arrays and inline
+ * tables; every container gets a depth (root 0) and creating one deeper than
+ * CM_TOML_MAX_DEPTH is an error, which bounds both the parser's recursion and
+ * every later walk over the tree.
  *
  * Table definition rules (TOML 1.0 "tables" / "array of tables"), enforced
  * through each table's kind:
@@ -25,179 +22,18 @@
  *    created by dotted keys (DOTTED); the final key must be new;
  *  - inline tables and static arrays are never extended afterwards.
  *
- * Positions: byte offsets are turned into 1-based line/column (column counts
- * UTF-8 characters) through a forward-moving cache, so recording the position
- * of every key costs O(total input) overall.
- *
  * Invariants: on error the first failure is recorded in the diag and
  * propagated as a negative status; partially built trees are freed by the
  * caller (cm_toml_parse) through the root.
  *
  * Exports: cm_toml_parse.
  */
-#include "toml_internal.h"
-
-#include <locale.h>
-#include <math.h>
-#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  char *ptr;
-  size_t len, cap;
-} sbuf_t;
-
-typedef struct {
-  size_t start, len; /* decoded bytes in parser.kbuf */
-  size_t off;        /* source offset of the segment */
-  uint32_t line, col;
-} seg_t;
-
-typedef struct {
-  const char *s;
-  size_t n, i;
-  cm_diag_t *diag;
-  size_t c_off; /* line/column cache: position of c_off */
-  uint32_t c_line, c_col;
-  sbuf_t buf;  /* scratch for string values and numbers */
-  sbuf_t kbuf; /* decoded key segments (a stack, see segs) */
-  seg_t *segs; /* key segments of the keys being parsed (a stack) */
-  size_t nsegs, segcap;
-  cm_toml_value_t *root, *cur;
-} parser_t;
-
-/* ---- small helpers ---------------------------------------------------- */
-
-static int sb_reserve(sbuf_t *b, size_t extra) {
-  if (extra > SIZE_MAX - b->len - 1) return CM_ENOMEM;
-  if (b->len + extra + 1 <= b->cap) return CM_OK;
-  size_t ncap = b->cap ? b->cap : 64;
-  while (ncap < b->len + extra + 1) {
-    if (ncap > SIZE_MAX / 2) {
-      ncap = b->len + extra + 1;
-      break;
-    }
-    ncap *= 2;
-  }
-  char *n = realloc(b->ptr, ncap);
-  if (!n) return CM_ENOMEM;
-  b->ptr = n;
-  b->cap = ncap;
-  return CM_OK;
-}
-
-static int sb_add(sbuf_t *b, const char *s, size_t n) {
-  if (sb_reserve(b, n) != CM_OK) return CM_ENOMEM;
-  if (n) memcpy(b->ptr + b->len, s, n);
-  b->len += n;
-  return CM_OK;
-}
-
-static int sb_addc(sbuf_t *b, char c) {
-  return sb_add(b, &c, 1);
-}
-
-static void pos_of(parser_t *p, size_t off, uint32_t *line, uint32_t *col) {
-  if (off > p->n) off = p->n;
-  if (off < p->c_off) {
-    p->c_off = 0;
-    p->c_line = 1;
-    p->c_col = 1;
-  }
-  uint32_t l = p->c_line, c = p->c_col;
-  for (size_t k = p->c_off; k < off; k++) {
-    unsigned char ch = (unsigned char)p->s[k];
-    if (ch == '\n') {
-      l++;
-      c = 1;
-    } else if ((ch & 0xC0) != 0x80) {
-      c++;
-    }
-  }
-  p->c_off = off;
-  p->c_line = l;
-  p->c_col = c;
-  *line = l;
-  *col = c;
-}
-
-__attribute__((format(printf, 3, 4))) static int perr(parser_t *p, size_t off, const char *fmt,
-                                                      ...) {
-  if (p->diag) {
-    uint32_t line, col;
-    char msg[400];
-    va_list ap;
-    pos_of(p, off, &line, &col);
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    memset(p->diag, 0, sizeof *p->diag);
-    p->diag->code = CM_EPARSE;
-    p->diag->line = line;
-    p->diag->column = col;
-    snprintf(p->diag->message, sizeof p->diag->message, "line %u, column %u: %s",
-             (unsigned)line, (unsigned)col, msg);
-  }
-  return CM_EPARSE;
-}
-
-static int peek(const parser_t *p) {
-  return p->i < p->n ? (unsigned char)p->s[p->i] : -1;
-}
-
-static int at(const parser_t *p, size_t k) {
-  return p->i + k < p->n ? (unsigned char)p->s[p->i + k] : -1;
-}
-
-/* Newline at offset k (LF, or CRLF; a bare CR never survives validation). */
-static bool nl_at(const parser_t *p, size_t k) {
-  return k < p->n && (p->s[k] == '\n' || p->s[k] == '\r');
-}
-
-static size_t nl_len(const parser_t *p, size_t k) {
-  return p->s[k] == '\r' ? 2 : 1;
-}
-
-/* Printable description of the character at the current position. */
-static const char *what(const parser_t *p, char *buf, size_t cap) {
-  int c = peek(p);
-  if (c < 0) return "end of input";
-  if (c == '\n' || c == '\r') return "end of line";
-  if (c == '\t') return "a tab";
-  if (c < 0x80) {
-    snprintf(buf, cap, "'%c'", c);
-  } else {
-    size_t k = 1;
-    while (k < 4 && p->i + k < p->n && ((unsigned char)p->s[p->i + k] & 0xC0) == 0x80) k++;
-    snprintf(buf, cap, "'%.*s'", (int)k, p->s + p->i);
-  }
-  return buf;
-}
-
-#define WHAT(p) what((p), wbuf, sizeof wbuf)
-
-static void skip_ws(parser_t *p) {
-  while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t')) p->i++;
-}
-
-static void skip_comment(parser_t *p) {
-  if (peek(p) != '#') return;
-  while (p->i < p->n && p->s[p->i] != '\n' && p->s[p->i] != '\r') p->i++;
-}
-
-/* Whitespace, newlines and comments (inside arrays). */
-static void skip_ws_nl_comments(parser_t *p) {
-  for (;;) {
-    skip_ws(p);
-    if (peek(p) == '#') skip_comment(p);
-    if (nl_at(p, p->i)) {
-      p->i += nl_len(p, p->i);
-      continue;
-    }
-    return;
-  }
-}
+#include "base/debug.h"
+#include "toml_parser.h"
 
 /* Human-readable, escaped, truncated rendering of a key for messages. */
 static const char *keyname(const parser_t *p, const seg_t *sg, char *buf, size_t cap) {
@@ -219,551 +55,6 @@ static const char *keyname(const parser_t *p, const seg_t *sg, char *buf, size_t
   return buf;
 }
 
-/* ---- encoding validation ---------------------------------------------- */
-
-static int validate(parser_t *p) {
-  const unsigned char *s = (const unsigned char *)p->s;
-  size_t n = p->n;
-  for (size_t i = 0; i < n;) {
-    unsigned char c = s[i];
-    if (c < 0x80) {
-      if ((c >= 0x20 && c != 0x7F) || c == '\t' || c == '\n') {
-        i++;
-        continue;
-      }
-      if (c == '\r') {
-        if (i + 1 < n && s[i + 1] == '\n') {
-          i += 2;
-          continue;
-        }
-        return perr(p, i, "carriage return not followed by a line feed");
-      }
-      if (c == 0) return perr(p, i, "NUL byte is not allowed in TOML");
-      return perr(p, i, "control character U+%04X is not allowed", (unsigned)c);
-    }
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      if (c == 0xE0) lo = 0xA0; /* overlong */
-      if (c == 0xED) hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      if (c == 0xF0) lo = 0x90; /* overlong */
-      if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
-    } else {
-      return perr(p, i, "invalid UTF-8 byte 0x%02X", (unsigned)c);
-    }
-    for (size_t k = 1; k <= need; k++) {
-      if (i + k >= n) return perr(p, i, "truncated UTF-8 sequence");
-      unsigned char cc = s[i + k];
-      unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-      if (cc < l || cc > h) return perr(p, i, "invalid UTF-8 sequence");
-    }
-    i += need + 1;
-  }
-  return CM_OK;
-}
-
-/* ---- strings ---------------------------------------------------------- */
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static int add_utf8(sbuf_t *b, uint32_t cp) {
-  char u[4];
-  size_t n;
-  if (cp < 0x80) {
-    u[0] = (char)cp;
-    n = 1;
-  } else if (cp < 0x800) {
-    u[0] = (char)(0xC0 | (cp >> 6));
-    u[1] = (char)(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    u[0] = (char)(0xE0 | (cp >> 12));
-    u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    u[2] = (char)(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    u[0] = (char)(0xF0 | (cp >> 18));
-    u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    u[3] = (char)(0x80 | (cp & 0x3F));
-    n = 4;
-  }
-  return sb_add(b, u, n);
-}
-
-/* At a backslash inside a basic string: decode one escape into b. */
-static int parse_escape(parser_t *p, sbuf_t *b) {
-  size_t start = p->i;
-  int c = at(p, 1);
-  char out;
-  switch (c) {
-    case 'b': out = '\b'; break;
-    case 't': out = '\t'; break;
-    case 'n': out = '\n'; break;
-    case 'f': out = '\f'; break;
-    case 'r': out = '\r'; break;
-    case '"': out = '"'; break;
-    case '\\': out = '\\'; break;
-    case 'u':
-    case 'U': {
-      size_t digits = c == 'u' ? 4 : 8;
-      uint32_t cp = 0;
-      for (size_t k = 0; k < digits; k++) {
-        int h = hexval(at(p, 2 + k));
-        if (h < 0) {
-          return perr(p, start, "\\%c escape needs exactly %zu hexadecimal digits", c, digits);
-        }
-        cp = (cp << 4) | (uint32_t)h;
-      }
-      if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-        return perr(p, start, "escape \\%c%.*s is not a Unicode scalar value", c, (int)digits,
-                    p->s + start + 2);
-      }
-      p->i += 2 + digits;
-      return add_utf8(b, cp);
-    }
-    case -1:
-      return perr(p, start, "unterminated string");
-    default:
-      if (c < 0x80 && c > 0x20) return perr(p, start, "invalid escape sequence '\\%c'", c);
-      return perr(p, start, "invalid escape sequence after '\\'");
-  }
-  p->i += 2;
-  return sb_addc(b, out);
-}
-
-/* p->i at the opening quote of a one-line basic string. */
-static int parse_basic(parser_t *p, sbuf_t *b) {
-  size_t start = p->i++;
-  for (;;) {
-    size_t run = p->i;
-    while (p->i < p->n) {
-      char c = p->s[p->i];
-      if (c == '"' || c == '\\' || c == '\n' || c == '\r') break;
-      p->i++;
-    }
-    if (sb_add(b, p->s + run, p->i - run) != CM_OK) return CM_ENOMEM;
-    int c = peek(p);
-    if (c < 0 || c == '\n' || c == '\r') {
-      return perr(p, start, "unterminated string (missing closing '\"' on this line)");
-    }
-    if (c == '"') {
-      p->i++;
-      return CM_OK;
-    }
-    int rc = parse_escape(p, b);
-    if (rc != CM_OK) return rc;
-  }
-}
-
-/* p->i at the opening quote of a one-line literal string. */
-static int parse_literal(parser_t *p, sbuf_t *b) {
-  size_t start = p->i++;
-  size_t run = p->i;
-  while (p->i < p->n && p->s[p->i] != '\'' && p->s[p->i] != '\n' && p->s[p->i] != '\r') p->i++;
-  if (p->i >= p->n || p->s[p->i] != '\'') {
-    return perr(p, start, "unterminated literal string (missing closing \"'\" on this line)");
-  }
-  if (sb_add(b, p->s + run, p->i - run) != CM_OK) return CM_ENOMEM;
-  p->i++;
-  return CM_OK;
-}
-
-/* p->i at the first of three opening delimiters q ('"' or '\''). */
-static int parse_multiline(parser_t *p, sbuf_t *b, char q) {
-  size_t start = p->i;
-  p->i += 3;
-  if (nl_at(p, p->i)) p->i += nl_len(p, p->i);
-  for (;;) {
-    size_t run = p->i;
-    while (p->i < p->n) {
-      char c = p->s[p->i];
-      if (c == q || c == '\r' || (q == '"' && c == '\\')) break;
-      p->i++;
-    }
-    if (sb_add(b, p->s + run, p->i - run) != CM_OK) return CM_ENOMEM;
-    int c = peek(p);
-    if (c < 0) {
-      return perr(p, start, "unterminated multi-line string (missing closing %c%c%c)", q, q, q);
-    }
-    if (c == '\r') { /* CRLF -> LF */
-      if (sb_addc(b, '\n') != CM_OK) return CM_ENOMEM;
-      p->i += 2;
-      continue;
-    }
-    if (c == q) {
-      size_t k = 0;
-      while (p->i + k < p->n && p->s[p->i + k] == q) k++;
-      if (k < 3) {
-        if (sb_add(b, p->s + p->i, k) != CM_OK) return CM_ENOMEM;
-        p->i += k;
-        continue;
-      }
-      if (k > 5) return perr(p, p->i, "too many quotes at the end of a multi-line string");
-      if (sb_add(b, p->s + p->i, k - 3) != CM_OK) return CM_ENOMEM;
-      p->i += k;
-      return CM_OK;
-    }
-    /* backslash in a basic string: line-ending backslash or escape */
-    size_t j = p->i + 1;
-    while (j < p->n && (p->s[j] == ' ' || p->s[j] == '\t')) j++;
-    if (nl_at(p, j)) {
-      p->i = j;
-      while (p->i < p->n &&
-             (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
-        p->i++;
-      continue;
-    }
-    int rc = parse_escape(p, b);
-    if (rc != CM_OK) return rc;
-  }
-}
-
-/* ---- keys ------------------------------------------------------------- */
-
-static bool is_bare(int c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '-';
-}
-
-static int push_seg(parser_t *p, seg_t **out) {
-  if (p->nsegs == p->segcap) {
-    size_t ncap = p->segcap ? p->segcap * 2 : 16;
-    seg_t *n = realloc(p->segs, ncap * sizeof *n);
-    if (!n) return CM_ENOMEM;
-    p->segs = n;
-    p->segcap = ncap;
-  }
-  *out = &p->segs[p->nsegs++];
-  return CM_OK;
-}
-
-/* Parse a (possibly dotted) key; its segments are pushed on p->segs. */
-static int parse_key(parser_t *p) {
-  char wbuf[16];
-  for (;;) {
-    skip_ws(p);
-    seg_t *sg;
-    if (push_seg(p, &sg) != CM_OK) return CM_ENOMEM;
-    sg->off = p->i;
-    sg->start = p->kbuf.len;
-    pos_of(p, p->i, &sg->line, &sg->col);
-    int c = peek(p);
-    int rc = CM_OK;
-    if (c == '"' || c == '\'') {
-      if (at(p, 1) == c && at(p, 2) == c) {
-        return perr(p, p->i, "a multi-line string cannot be used as a key");
-      }
-      rc = c == '"' ? parse_basic(p, &p->kbuf) : parse_literal(p, &p->kbuf);
-    } else if (is_bare(c)) {
-      size_t s = p->i;
-      while (is_bare(peek(p))) p->i++;
-      rc = sb_add(&p->kbuf, p->s + s, p->i - s);
-    } else {
-      return perr(p, p->i, "expected a key, found %s", WHAT(p));
-    }
-    if (rc != CM_OK) return rc;
-    /* sg may have moved if segs was reallocated by a nested call: re-fetch */
-    p->segs[p->nsegs - 1].len = p->kbuf.len - p->segs[p->nsegs - 1].start;
-    skip_ws(p);
-    if (peek(p) != '.') return CM_OK;
-    p->i++;
-  }
-}
-
-/* ---- dates, times, numbers -------------------------------------------- */
-
-static bool digits_at(const char *t, size_t len, size_t pos, size_t count, int *val) {
-  int v = 0;
-  if (pos + count > len) return false;
-  for (size_t k = 0; k < count; k++) {
-    char c = t[pos + k];
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *val = v;
-  return true;
-}
-
-static int days_in_month(int y, int m) {
-  static const int d[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
-  return d[m - 1];
-}
-
-/* HH:MM:SS[.frac] at t[pos..]; advances *pos. */
-static bool parse_time_part(const char *t, size_t len, size_t *pos, cm_toml_datetime_t *dt) {
-  size_t k = *pos;
-  if (!digits_at(t, len, k, 2, &dt->hour) || k + 2 >= len || t[k + 2] != ':' ||
-      !digits_at(t, len, k + 3, 2, &dt->minute) || k + 5 >= len || t[k + 5] != ':' ||
-      !digits_at(t, len, k + 6, 2, &dt->second))
-    return false;
-  if (dt->hour > 23 || dt->minute > 59 || dt->second > 60) return false;
-  k += 8;
-  if (k < len && t[k] == '.') {
-    k++;
-    size_t d = 0;
-    uint32_t ns = 0;
-    while (k < len && t[k] >= '0' && t[k] <= '9') {
-      if (d < 9) ns = ns * 10 + (uint32_t)(t[k] - '0');
-      d++;
-      k++;
-    }
-    if (d == 0) return false;
-    dt->frac_digits = d > 9 ? 9 : (int)d;
-    for (size_t z = d; z < 9; z++) ns *= 10;
-    dt->nanosecond = ns;
-  }
-  *pos = k;
-  return true;
-}
-
-static bool parse_datetime(const char *t, size_t len, cm_toml_datetime_t *dt) {
-  memset(dt, 0, sizeof *dt);
-  size_t pos = 0;
-  if (len >= 3 && t[2] == ':') {
-    if (!parse_time_part(t, len, &pos, dt) || pos != len) return false;
-    dt->type = CM_TOML_LOCAL_TIME;
-    return true;
-  }
-  if (!digits_at(t, len, 0, 4, &dt->year) || len < 10 || t[4] != '-' ||
-      !digits_at(t, len, 5, 2, &dt->month) || t[7] != '-' || !digits_at(t, len, 8, 2, &dt->day))
-    return false;
-  if (dt->month < 1 || dt->month > 12 || dt->day < 1 ||
-      dt->day > days_in_month(dt->year, dt->month))
-    return false;
-  if (len == 10) {
-    dt->type = CM_TOML_LOCAL_DATE;
-    return true;
-  }
-  if (t[10] != 'T' && t[10] != 't') return false;
-  pos = 11;
-  if (!parse_time_part(t, len, &pos, dt)) return false;
-  if (pos == len) {
-    dt->type = CM_TOML_LOCAL_DATETIME;
-    return true;
-  }
-  dt->type = CM_TOML_OFFSET_DATETIME;
-  dt->has_offset = true;
-  if ((t[pos] == 'Z' || t[pos] == 'z') && pos + 1 == len) return true;
-  if (t[pos] != '+' && t[pos] != '-') return false;
-  int oh, om;
-  if (pos + 6 != len || !digits_at(t, len, pos + 1, 2, &oh) || t[pos + 3] != ':' ||
-      !digits_at(t, len, pos + 4, 2, &om) || oh > 23 || om > 59)
-    return false;
-  dt->offset_minutes = (oh * 60 + om) * (t[pos] == '-' ? -1 : 1);
-  return true;
-}
-
-/* Digits with single underscores between digits, starting at *pos. Returns
- * the number of digits (0 = none or malformed underscores -> *ok false). */
-static size_t scan_digits(const char *t, size_t len, size_t *pos, int base, bool *ok) {
-  size_t k = *pos, nd = 0;
-  *ok = true;
-  for (;;) {
-    if (k >= len) break;
-    char c = t[k];
-    int v = hexval((unsigned char)c);
-    if (v >= 0 && v < base && (base == 16 || (c >= '0' && c <= '9'))) {
-      nd++;
-      k++;
-      continue;
-    }
-    if (c == '_') {
-      if (nd == 0 || k + 1 >= len) {
-        *ok = false;
-        break;
-      }
-      int w = hexval((unsigned char)t[k + 1]);
-      if (w < 0 || w >= base || (base != 16 && !(t[k + 1] >= '0' && t[k + 1] <= '9'))) {
-        *ok = false;
-        break;
-      }
-      k++;
-      continue;
-    }
-    break;
-  }
-  if (nd == 0) *ok = false;
-  *pos = k;
-  return nd;
-}
-
-static int parse_number(parser_t *p, size_t off, const char *t, size_t len,
-                        cm_toml_value_t **out) {
-  size_t pos = 0;
-  bool neg = false, ok;
-  if (len && (t[0] == '+' || t[0] == '-')) {
-    neg = t[0] == '-';
-    pos = 1;
-  }
-  if (len - pos == 3 && (memcmp(t + pos, "inf", 3) == 0 || memcmp(t + pos, "nan", 3) == 0)) {
-    cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
-    if (!v) return CM_ENOMEM;
-    if (t[pos] == 'i') {
-      v->u.f = neg ? -INFINITY : INFINITY;
-    } else {
-      v->u.f = neg ? -NAN : NAN;
-    }
-    *out = v;
-    return CM_OK;
-  }
-  if (len - pos >= 2 && t[pos] == '0' && (t[pos + 1] == 'x' || t[pos + 1] == 'o' || t[pos + 1] == 'b')) {
-    if (pos) return perr(p, off, "a sign is not allowed on hexadecimal, octal or binary integers");
-    int base = t[1] == 'x' ? 16 : t[1] == 'o' ? 8 : 2;
-    size_t k = 2;
-    scan_digits(t, len, &k, base, &ok);
-    if (!ok || k != len) return perr(p, off, "invalid %s integer '%.*s'",
-                                     base == 16 ? "hexadecimal" : base == 8 ? "octal" : "binary",
-                                     (int)(len > 64 ? 64 : len), t);
-    uint64_t v = 0;
-    for (k = 2; k < len; k++) {
-      if (t[k] == '_') continue;
-      uint64_t d = (uint64_t)hexval((unsigned char)t[k]);
-      if (v > ((uint64_t)INT64_MAX - d) / (uint64_t)base) {
-        return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
-      }
-      v = v * (uint64_t)base + d;
-    }
-    cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
-    if (!nv) return CM_ENOMEM;
-    nv->u.i = (int64_t)v;
-    *out = nv;
-    return CM_OK;
-  }
-  size_t int_start = pos;
-  size_t nd = scan_digits(t, len, &pos, 10, &ok);
-  if (!ok) goto invalid;
-  if (t[int_start] == '0' && nd > 1) {
-    return perr(p, off, "leading zeros are not allowed in '%.*s'", (int)(len > 64 ? 64 : len), t);
-  }
-  bool is_float = false;
-  if (pos < len && t[pos] == '.') {
-    pos++;
-    is_float = true;
-    scan_digits(t, len, &pos, 10, &ok);
-    if (!ok) goto invalid;
-  }
-  if (pos < len && (t[pos] == 'e' || t[pos] == 'E')) {
-    pos++;
-    is_float = true;
-    if (pos < len && (t[pos] == '+' || t[pos] == '-')) pos++;
-    scan_digits(t, len, &pos, 10, &ok);
-    if (!ok) goto invalid;
-  }
-  if (pos != len) goto invalid;
-  if (is_float) {
-    /* strtod honours LC_NUMERIC: spell the decimal point the locale's way */
-    const char *dp = localeconv()->decimal_point;
-    if (!dp || !*dp) dp = ".";
-    p->buf.len = 0;
-    for (size_t k = 0; k < len; k++) {
-      if (t[k] == '_') continue;
-      int arc = t[k] == '.' ? sb_add(&p->buf, dp, strlen(dp)) : sb_addc(&p->buf, t[k]);
-      if (arc != CM_OK) return CM_ENOMEM;
-    }
-    p->buf.ptr[p->buf.len] = '\0';
-    cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
-    if (!v) return CM_ENOMEM;
-    v->u.f = strtod(p->buf.ptr, NULL);
-    *out = v;
-    return CM_OK;
-  }
-  uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-  for (size_t k = int_start; k < len; k++) {
-    if (t[k] == '_') continue;
-    uint64_t d = (uint64_t)(t[k] - '0');
-    if (v > (lim - d) / 10) {
-      return perr(p, off, "integer '%.*s' does not fit in 64 bits", (int)(len > 64 ? 64 : len), t);
-    }
-    v = v * 10 + d;
-  }
-  cm_toml_value_t *nv = cm__toml_new(CM_TOML_INTEGER);
-  if (!nv) return CM_ENOMEM;
-  nv->u.i = neg ? (int64_t)(0 - v) : (int64_t)v;
-  *out = nv;
-  return CM_OK;
-invalid:
-  return perr(p, off, "invalid number '%.*s'", (int)(len > 64 ? 64 : len), t);
-}
-
-static bool is_tok(int c) {
-  return is_bare(c) || c == '+' || c == '.' || c == ':';
-}
-
-/* Numbers, inf/nan, dates and times. */
-/* "True", "FALSE": a boolean in the wrong case (not a bare string). */
-static bool is_bool_word(const char *w, size_t n) {
-  const char *t = n == 4 ? "true" : n == 5 ? "false" : NULL;
-  if (!t) return false;
-  for (size_t i = 0; i < n; i++)
-    if ((w[i] | 0x20) != t[i]) return false;
-  return true;
-}
-
-/* A bare word where a value belongs (level = basic): strings need quotes. */
-static int bare_word(parser_t *p, size_t s) {
-  int n = (int)(p->i - s > 64 ? 64 : p->i - s);
-  return perr(p, s, "invalid value '%.*s': strings need quotes (write \"%.*s\")", n, p->s + s, n,
-              p->s + s);
-}
-
-static int parse_scalar_token(parser_t *p, cm_toml_value_t **out) {
-  size_t start = p->i;
-  while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
-  const char *t = p->s + start;
-  size_t len = p->i - start;
-  char dbuf[64], *joined = NULL;
-  bool date_like = len >= 5 && t[4] == '-' && t[0] >= '0' && t[0] <= '9' && t[1] >= '0' &&
-                   t[1] <= '9' && t[2] >= '0' && t[2] <= '9' && t[3] >= '0' && t[3] <= '9';
-  if (date_like && len == 10 && peek(p) == ' ' && at(p, 1) >= '0' && at(p, 1) <= '9') {
-    /* "YYYY-MM-DD HH:MM:SS..." - a space may separate date and time. The
-     * time part has no length limit (extra fraction digits are truncated),
-     * so a long one is joined on the heap. */
-    size_t s2 = ++p->i;
-    while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
-    size_t l2 = p->i - s2;
-    char *buf = dbuf;
-    if (l2 > sizeof dbuf - 11) {
-      buf = joined = malloc(11 + l2);
-      if (!joined) return CM_ENOMEM;
-    }
-    memcpy(buf, t, 10);
-    buf[10] = 'T';
-    memcpy(buf + 11, p->s + s2, l2);
-    t = buf;
-    len = 11 + l2;
-  }
-  if (date_like || (len >= 3 && t[2] == ':')) {
-    cm_toml_datetime_t dt;
-    bool ok = parse_datetime(t, len, &dt);
-    int rc = ok ? CM_OK
-                : perr(p, start, "invalid date/time '%.*s'", (int)(len > 64 ? 64 : len), t);
-    free(joined);
-    if (rc != CM_OK) return rc;
-    cm_toml_value_t *v = cm__toml_new(dt.type);
-    if (!v) return CM_ENOMEM;
-    v->u.dt = dt;
-    *out = v;
-    return CM_OK;
-  }
-  if (len == 0) {
-    char wbuf[16];
-    return perr(p, start, "expected a value, found %s", WHAT(p));
-  }
-  return parse_number(p, start, t, len, out);
-}
-
 /* ---- values ----------------------------------------------------------- */
 
 static int parse_value(parser_t *p, uint32_t depth, cm_toml_value_t **out);
@@ -771,8 +62,8 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table);
 
 static int check_depth(parser_t *p, size_t off, uint32_t depth) {
   if (depth > CM_TOML_MAX_DEPTH) {
-    return perr(p, off, "nesting too deep (more than %d levels of tables/arrays)",
-                CM_TOML_MAX_DEPTH);
+    return cm__toml_perr(p, off, "nesting too deep (more than %d levels of tables/arrays)",
+                         CM_TOML_MAX_DEPTH);
   }
   return CM_OK;
 }
@@ -794,9 +85,9 @@ static int parse_array(parser_t *p, uint32_t depth, cm_toml_value_t **out) {
     }
     uint32_t line, col;
     cm_toml_value_t *v = NULL;
-    pos_of(p, p->i, &line, &col);
+    cm__toml_pos_of(p, p->i, &line, &col);
     if (peek(p) < 0) {
-      rc = perr(p, start, "unterminated array (missing ']')");
+      rc = cm__toml_perr(p, start, "unterminated array (missing ']')");
       goto fail;
     }
     rc = parse_value(p, depth + 1, &v);
@@ -816,10 +107,10 @@ static int parse_array(parser_t *p, uint32_t depth, cm_toml_value_t **out) {
       p->i++;
       break;
     } else if (c < 0) {
-      rc = perr(p, start, "unterminated array (missing ']')");
+      rc = cm__toml_perr(p, start, "unterminated array (missing ']')");
       goto fail;
     } else {
-      rc = perr(p, p->i, "expected ',' or ']' in array, found %s", WHAT(p));
+      rc = cm__toml_perr(p, p->i, "expected ',' or ']' in array, found %s", WHAT(p));
       goto fail;
     }
   }
@@ -849,11 +140,11 @@ static int parse_inline_table(parser_t *p, uint32_t depth, cm_toml_value_t **out
   for (;;) {
     skip_ws(p);
     if (peek(p) == '}') {
-      rc = perr(p, p->i, "trailing comma is not allowed in an inline table");
+      rc = cm__toml_perr(p, p->i, "trailing comma is not allowed in an inline table");
       goto fail;
     }
     if (nl_at(p, p->i)) {
-      rc = perr(p, p->i, "newline is not allowed inside an inline table");
+      rc = cm__toml_perr(p, p->i, "newline is not allowed inside an inline table");
       goto fail;
     }
     rc = parse_keyval(p, t);
@@ -866,13 +157,13 @@ static int parse_inline_table(parser_t *p, uint32_t depth, cm_toml_value_t **out
       p->i++;
       break;
     } else if (c == '\n' || c == '\r') {
-      rc = perr(p, p->i, "newline is not allowed inside an inline table");
+      rc = cm__toml_perr(p, p->i, "newline is not allowed inside an inline table");
       goto fail;
     } else if (c < 0) {
-      rc = perr(p, start, "unterminated inline table (missing '}')");
+      rc = cm__toml_perr(p, start, "unterminated inline table (missing '}')");
       goto fail;
     } else {
-      rc = perr(p, p->i, "expected ',' or '}' in inline table, found %s", WHAT(p));
+      rc = cm__toml_perr(p, p->i, "expected ',' or '}' in inline table, found %s", WHAT(p));
       goto fail;
     }
   }
@@ -883,80 +174,15 @@ fail:
   return rc;
 }
 
-static int new_string(parser_t *p, cm_toml_value_t **out) {
-  cm_toml_value_t *v = cm__toml_new(CM_TOML_STRING);
-  char *s = malloc(p->buf.len + 1);
-  if (!v || !s) {
-    free(v);
-    free(s);
-    return CM_ENOMEM;
-  }
-  if (p->buf.len) memcpy(s, p->buf.ptr, p->buf.len);
-  s[p->buf.len] = '\0';
-  v->u.str.ptr = s;
-  v->u.str.len = p->buf.len;
-  *out = v;
-  return CM_OK;
-}
-
 /* depth: the depth a container value would get. On success *out is set. */
 static int parse_value(parser_t *p, uint32_t depth, cm_toml_value_t **out) {
-  char wbuf[16];
-  int c = peek(p);
-  int rc;
-  switch (c) {
-    case '"':
-    case '\'':
-      p->buf.len = 0;
-      if (at(p, 1) == c && at(p, 2) == c) {
-        rc = parse_multiline(p, &p->buf, (char)c);
-      } else {
-        rc = c == '"' ? parse_basic(p, &p->buf) : parse_literal(p, &p->buf);
-      }
-      return rc != CM_OK ? rc : new_string(p, out);
+  switch (peek(p)) {
     case '[':
       return parse_array(p, depth, out);
     case '{':
       return parse_inline_table(p, depth, out);
-    case 't':
-    case 'f': {
-      bool val = c == 't';
-      size_t wl = val ? 4 : 5;
-      if (p->n - p->i < wl || memcmp(p->s + p->i, val ? "true" : "false", wl) != 0 ||
-          is_tok(at(p, wl))) {
-        size_t s = p->i;
-        while (p->i < p->n && is_tok((unsigned char)p->s[p->i])) p->i++;
-        if (!is_bool_word(p->s + s, p->i - s)) return bare_word(p, s);
-        return perr(p, s, "invalid value '%.*s' (booleans are lower-case true/false)",
-                    (int)(p->i - s > 64 ? 64 : p->i - s), p->s + s);
-      }
-      cm_toml_value_t *v = cm__toml_new(CM_TOML_BOOL);
-      if (!v) return CM_ENOMEM;
-      v->u.b = val;
-      p->i += wl;
-      *out = v;
-      return CM_OK;
-    }
     default:
-      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-        size_t s = p->i, k = p->i;
-        while (k < p->n && is_tok((unsigned char)p->s[k])) k++;
-        bool special = (k - s == 3 && (!memcmp(p->s + s, "inf", 3) || !memcmp(p->s + s, "nan", 3)));
-        if (!special) {
-          p->i = k;
-          if (is_bool_word(p->s + s, k - s))
-            return perr(p, s, "invalid value '%.*s' (booleans are lower-case true/false)",
-                        (int)(k - s), p->s + s);
-          return bare_word(p, s);
-        }
-      }
-      if ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == 'i' || c == 'n') {
-        return parse_scalar_token(p, out);
-      }
-      if (c < 0 || c == '\n' || c == '\r' || c == '#') {
-        return perr(p, p->i, "expected a value, found %s", WHAT(p));
-      }
-      return perr(p, p->i, "invalid value starting with %s", WHAT(p));
+      return cm__toml_parse_scalar(p, out);
   }
 }
 
@@ -996,7 +222,7 @@ static int new_table(parser_t *p, const seg_t *sg, cm_toml_value_t *parent,
 static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
   char wbuf[16], kb[96];
   size_t base = p->nsegs, kbase = p->kbuf.len;
-  int rc = parse_key(p);
+  int rc = cm__toml_parse_key(p);
   if (rc != CM_OK) return rc;
   size_t nseg = p->nsegs - base;
   cm_toml_value_t *t = table;
@@ -1009,22 +235,23 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
     } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
       /* TOML 1.0: dotted keys define the tables before their last part only
        * if those tables were not created before; [x.y.z] created this one */
-      return perr(p, sg->off,
-                  "cannot use dotted key to add to '%s': it is already a table, created "
-                  "implicitly by a [header] of one of its sub-tables (line %u); dotted keys "
-                  "can only extend tables that dotted keys defined; give it its own [header]",
-                  keyname(p, sg, kb, sizeof kb), (unsigned)child->line);
+      return cm__toml_perr(
+          p, sg->off,
+          "cannot use dotted key to add to '%s': it is already a table, created "
+          "implicitly by a [header] of one of its sub-tables (line %u); dotted keys "
+          "can only extend tables that dotted keys defined; give it its own [header]",
+          keyname(p, sg, kb, sizeof kb), (unsigned)child->line);
     } else if (child->type != CM_TOML_TABLE || child->u.tab.kind != CM_TOML_TABLE_DOTTED) {
-      return perr(p, sg->off, "cannot use dotted key to add to '%s': it is already %s",
-                  keyname(p, sg, kb, sizeof kb), kind_text(child));
+      return cm__toml_perr(p, sg->off, "cannot use dotted key to add to '%s': it is already %s",
+                           keyname(p, sg, kb, sizeof kb), kind_text(child));
     }
     t = child;
   }
   const seg_t *last = &p->segs[base + nseg - 1];
   if (cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len)) {
-    return perr(p, last->off, "duplicate key '%s'", keyname(p, last, kb, sizeof kb));
+    return cm__toml_perr(p, last->off, "duplicate key '%s'", keyname(p, last, kb, sizeof kb));
   }
-  if (peek(p) != '=') return perr(p, p->i, "expected '=' after key, found %s", WHAT(p));
+  if (peek(p) != '=') return cm__toml_perr(p, p->i, "expected '=' after key, found %s", WHAT(p));
   p->i++;
   skip_ws(p);
   cm_toml_value_t *v = NULL;
@@ -1042,90 +269,118 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
   return CM_OK;
 }
 
-/* [a.b] or [[a.b]] */
-static int parse_header(parser_t *p) {
-  char wbuf[16], kb[96];
-  bool aot = at(p, 1) == '[';
-  p->i += aot ? 2 : 1;
-  size_t base = p->nsegs, kbase = p->kbuf.len;
-  int rc = parse_key(p);
-  if (rc != CM_OK) return rc;
-  if (peek(p) != ']' || (aot && at(p, 1) != ']')) {
-    return perr(p, p->i, "expected '%s' to close the table header, found %s", aot ? "]]" : "]",
-                WHAT(p));
-  }
-  p->i += aot ? 2 : 1;
-  size_t nseg = p->nsegs - base;
+/* Walk a header's segments before the last one from the root, creating
+ * IMPLICIT tables and entering the last element of arrays of tables; the
+ * table reached goes to *out. */
+static int header_walk(parser_t *p, size_t base, size_t nseg, cm_toml_value_t **out) {
+  char kb[96];
   cm_toml_value_t *t = p->root;
   for (size_t k = 0; k + 1 < nseg; k++) {
     const seg_t *sg = &p->segs[base + k];
     cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + sg->start, sg->len);
     if (!child) {
-      rc = new_table(p, sg, t, CM_TOML_TABLE_IMPLICIT, &child);
+      int rc = new_table(p, sg, t, CM_TOML_TABLE_IMPLICIT, &child);
       if (rc != CM_OK) return rc;
     } else if (child->type == CM_TOML_TABLE) {
       if (child->u.tab.kind == CM_TOML_TABLE_INLINE) {
-        return perr(p, sg->off, "cannot add to inline table '%s'", keyname(p, sg, kb, sizeof kb));
+        return cm__toml_perr(p, sg->off, "cannot add to inline table '%s'",
+                             keyname(p, sg, kb, sizeof kb));
       }
     } else if (child->type == CM_TOML_ARRAY && child->u.arr.table_array) {
+      CM_ASSERT(child->u.arr.len > 0); /* [[h]] always adds an element */
       child = child->u.arr.items[child->u.arr.len - 1];
     } else {
-      return perr(p, sg->off, "key '%s' is already defined as %s", keyname(p, sg, kb, sizeof kb),
-                  kind_text(child));
+      return cm__toml_perr(p, sg->off, "key '%s' is already defined as %s",
+                           keyname(p, sg, kb, sizeof kb), kind_text(child));
     }
     t = child;
   }
-  const seg_t *last = &p->segs[base + nseg - 1];
+  *out = t;
+  return CM_OK;
+}
+
+/* [h]: define table `last` in t (new, or an IMPLICIT one made EXPLICIT)
+ * and make it the current table. */
+static int header_table(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
+  char kb[96];
   cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
-  if (!aot) {
-    if (!child) {
-      rc = new_table(p, last, t, CM_TOML_TABLE_EXPLICIT, &child);
-      if (rc != CM_OK) return rc;
-    } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
-      child->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
-      child->line = last->line;
-      child->column = last->col;
-    } else if (child->type == CM_TOML_TABLE) {
-      return perr(p, last->off, "table '%s' is already defined (as %s)",
-                  keyname(p, last, kb, sizeof kb), kind_text(child));
-    } else {
-      return perr(p, last->off, "key '%s' is already defined as %s",
-                  keyname(p, last, kb, sizeof kb), kind_text(child));
-    }
-    p->cur = child;
-  } else {
-    cm_toml_value_t *arr = child;
-    if (!arr) {
-      rc = check_depth(p, last->off, t->u.tab.depth + 2);
-      if (rc != CM_OK) return rc;
-      arr = cm__toml_new(CM_TOML_ARRAY);
-      if (!arr) return CM_ENOMEM;
-      arr->u.arr.depth = t->u.tab.depth + 1;
-      arr->u.arr.table_array = true;
-      arr->line = last->line;
-      arr->column = last->col;
-      if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, arr) != CM_OK) {
-        cm__toml_free(arr);
-        return CM_ENOMEM;
-      }
-    } else if (arr->type != CM_TOML_ARRAY || !arr->u.arr.table_array) {
-      return perr(p, last->off, "cannot define array of tables '%s': key is already %s",
-                  keyname(p, last, kb, sizeof kb), kind_text(arr));
-    }
-    rc = check_depth(p, last->off, arr->u.arr.depth + 1);
+  if (!child) {
+    int rc = new_table(p, last, t, CM_TOML_TABLE_EXPLICIT, &child);
     if (rc != CM_OK) return rc;
-    cm_toml_value_t *elem = cm__toml_new(CM_TOML_TABLE);
-    if (!elem) return CM_ENOMEM;
-    elem->u.tab.depth = arr->u.arr.depth + 1;
-    elem->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
-    elem->line = last->line;
-    elem->column = last->col;
-    if (cm__toml_array_push(arr, elem) != CM_OK) {
-      cm__toml_free(elem);
+  } else if (child->type == CM_TOML_TABLE && child->u.tab.kind == CM_TOML_TABLE_IMPLICIT) {
+    child->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
+    child->line = last->line;
+    child->column = last->col;
+  } else if (child->type == CM_TOML_TABLE) {
+    return cm__toml_perr(p, last->off, "table '%s' is already defined (as %s)",
+                         keyname(p, last, kb, sizeof kb), kind_text(child));
+  } else {
+    return cm__toml_perr(p, last->off, "key '%s' is already defined as %s",
+                         keyname(p, last, kb, sizeof kb), kind_text(child));
+  }
+  p->cur = child;
+  return CM_OK;
+}
+
+/* [[h]]: append a table to the array of tables `last` in t (created when
+ * new) and make it the current table. */
+static int header_array(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
+  char kb[96];
+  int rc;
+  cm_toml_value_t *arr = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
+  if (!arr) {
+    rc = check_depth(p, last->off, t->u.tab.depth + 2);
+    if (rc != CM_OK) return rc;
+    arr = cm__toml_new(CM_TOML_ARRAY);
+    if (!arr) return CM_ENOMEM;
+    arr->u.arr.depth = t->u.tab.depth + 1;
+    arr->u.arr.table_array = true;
+    arr->line = last->line;
+    arr->column = last->col;
+    if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, arr) != CM_OK) {
+      cm__toml_free(arr);
       return CM_ENOMEM;
     }
-    p->cur = elem;
+  } else if (arr->type != CM_TOML_ARRAY || !arr->u.arr.table_array) {
+    return cm__toml_perr(p, last->off, "cannot define array of tables '%s': key is already %s",
+                         keyname(p, last, kb, sizeof kb), kind_text(arr));
   }
+  rc = check_depth(p, last->off, arr->u.arr.depth + 1);
+  if (rc != CM_OK) return rc;
+  cm_toml_value_t *elem = cm__toml_new(CM_TOML_TABLE);
+  if (!elem) return CM_ENOMEM;
+  elem->u.tab.depth = arr->u.arr.depth + 1;
+  elem->u.tab.kind = CM_TOML_TABLE_EXPLICIT;
+  elem->line = last->line;
+  elem->column = last->col;
+  if (cm__toml_array_push(arr, elem) != CM_OK) {
+    cm__toml_free(elem);
+    return CM_ENOMEM;
+  }
+  p->cur = elem;
+  return CM_OK;
+}
+
+/* [a.b] or [[a.b]] */
+static int parse_header(parser_t *p) {
+  char wbuf[16];
+  bool aot = at(p, 1) == '[';
+  p->i += aot ? 2 : 1;
+  size_t base = p->nsegs, kbase = p->kbuf.len;
+  int rc = cm__toml_parse_key(p);
+  if (rc != CM_OK) return rc;
+  if (peek(p) != ']' || (aot && at(p, 1) != ']')) {
+    return cm__toml_perr(p, p->i, "expected '%s' to close the table header, found %s",
+                         aot ? "]]" : "]", WHAT(p));
+  }
+  p->i += aot ? 2 : 1;
+  size_t nseg = p->nsegs - base;
+  cm_toml_value_t *t = NULL;
+  rc = header_walk(p, base, nseg, &t);
+  if (rc != CM_OK) return rc;
+  const seg_t *last = &p->segs[base + nseg - 1];
+  rc = aot ? header_array(p, t, last) : header_table(p, t, last);
+  if (rc != CM_OK) return rc;
   p->nsegs = base;
   p->kbuf.len = kbase;
   return CM_OK;
@@ -1141,11 +396,11 @@ static int end_of_line(parser_t *p, const char *after) {
     p->i += nl_len(p, p->i);
     return CM_OK;
   }
-  return perr(p, p->i, "expected end of line after %s, found %s", after, WHAT(p));
+  return cm__toml_perr(p, p->i, "expected end of line after %s, found %s", after, WHAT(p));
 }
 
 static int parse_document(parser_t *p) {
-  int rc = validate(p);
+  int rc = cm__toml_validate(p);
   if (rc != CM_OK) return rc;
   if (p->n >= 3 && memcmp(p->s, "\xEF\xBB\xBF", 3) == 0) p->i = 3;
   for (;;) {
@@ -1185,7 +440,7 @@ int cm_toml_parse(const char *data, size_t len, cm_toml_doc_t **out, cm_diag_t *
     p.root->column = 1;
     p.cur = p.root;
     /* pre-size the buffers so their pointers are never NULL */
-    rc = sb_reserve(&p.buf, 64) == CM_OK && sb_reserve(&p.kbuf, 64) == CM_OK
+    rc = cm__toml_sb_reserve(&p.buf, 64) == CM_OK && cm__toml_sb_reserve(&p.kbuf, 64) == CM_OK
              ? parse_document(&p)
              : CM_ENOMEM;
   }

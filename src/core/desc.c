@@ -4,7 +4,8 @@
  * Algorithm: see desc.h for the state word. Releases from any thread use one
  * CAS; the manager learns about freed slices by draining its inbox on its own
  * thread, so reserve/release never scan slices (O(1) per release).
- * Exports: every cm_handle_* / cm_binding_* function, cm__desc_* helpers.
+ * Exports: every cm_handle_* / cm_binding_* function, cm_debug_double_releases,
+ * cm__desc_* helpers. The debug level itself lives in base/debug.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,21 +15,6 @@
 
 static _Atomic uint64_t g_next_desc_id = 1; /* ids only: never reused state */
 static _Atomic uint64_t g_dead_releases;    /* double releases, process-wide */
-static _Atomic int g_debug_level = -1;      /* -1: CM_DEBUG not read yet */
-
-int cm_debug_level(void) {
-  int lvl = atomic_load_explicit(&g_debug_level, memory_order_relaxed);
-  if (lvl >= 0) return lvl;
-  const char *env = getenv("CM_DEBUG");
-  lvl = env && env[0] >= '0' && env[0] <= '9' ? atoi(env) : 0;
-  int unread = -1; /* a concurrent cm_debug_set_level wins */
-  atomic_compare_exchange_strong(&g_debug_level, &unread, lvl);
-  return atomic_load_explicit(&g_debug_level, memory_order_relaxed);
-}
-
-void cm_debug_set_level(int level) {
-  atomic_store_explicit(&g_debug_level, level < 0 ? 0 : level, memory_order_relaxed);
-}
 
 uint64_t cm_debug_double_releases(void) {
   return atomic_load_explicit(&g_dead_releases, memory_order_relaxed);

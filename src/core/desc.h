@@ -20,9 +20,10 @@
  * around and leave the slice used forever. desc_unref sees it on its slow
  * path (the rc >= 2 fast path is unchanged): the decrement is undone, the
  * owner inbox's dead_releases and a process-wide counter are incremented,
- * and, with a debug level (cm_debug_set_level / CM_DEBUG), it is logged or
- * aborts. A release of a reference to a descriptor already freed (unowned,
- * last reference gone) is a use-after-free that cannot be detected here.
+ * and, with a debug level (cm_debug_set_level / CM_DEBUG; see base/debug.h),
+ * it is logged or aborts. A release of a reference to a descriptor already
+ * freed (unowned, last reference gone) is a use-after-free that cannot be
+ * detected here.
  * Fields below `id` are touched only by the thread driving the owner manager.
  */
 #ifndef CM_CORE_DESC_H

@@ -3,7 +3,8 @@
  * computed exactly as spec §5.3 shows, resolution and validation of explicit
  * lists (§11.5, with its error texts), and the command-line syntax
  *   "sliced:page=8MiB,max-slice=2MiB,cap=64MiB;exclusive:max=128MiB,period=5000;direct"
- * Exports: cm_pools_preset, cm_pools_resolve, cm_pools_parse, cm_pools_format.
+ * Exports: cm_pools_preset, cm_pools_resolve, cm_pools_parse, cm_pools_format,
+ * cm_pools_keys.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -12,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "core/layout.h"
-#include "core/util.h"
 
 #define MIB (1ull << 20)
 
@@ -204,17 +205,127 @@ static bool key_is(const char *k, size_t kl, const char *name) {
   return strlen(name) == kl && !strncmp(k, name, kl);
 }
 
+/* The option keys of the syntax and, at the same index, the cm_pool_options_t
+ * field each sets (accepted as a synonym). The one list: cm_pools_parse,
+ * cm_pools_format and its messages use it, and cm_pools_keys hands it out. */
+enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_OBJECT, K_COUNT };
+static const char *const k_keys[K_COUNT] = {"page",   "max-slice", "cap",   "max",
+                                            "period", "reclaim",   "object"};
+static const char *const k_fields[K_COUNT] = {"page_size",      "max_slice_size", "max_pool_size",
+                                              "max_alloc_size", "dealloc_period", "reclaim_at",
+                                              "max_object_size"};
+
+const char *const *cm_pools_keys(size_t *count, const char *const **fields) {
+  if (count) *count = K_COUNT;
+  if (fields) *fields = k_fields;
+  return k_keys;
+}
+
+/* The preset a whole layout text names, or -1. */
+static int preset_named(const char *text) {
+  if (!strcmp(text, "default")) return CM_PRESET_DEFAULT;
+  if (!strcmp(text, "subslices") || !strcmp(text, "sub-slices")) return CM_PRESET_SUBSLICES;
+  if (!strcmp(text, "exclusive-pages") || !strcmp(text, "exclusive"))
+    return CM_PRESET_EXCLUSIVE_PAGES;
+  return -1;
+}
+
+/* Index in k_keys of the key (or field name) k[0..kl), or K_COUNT. */
+static int key_index(const char *k, size_t kl) {
+  for (int i = 0; i < K_COUNT; i++)
+    if (key_is(k, kl, k_keys[i]) || key_is(k, kl, k_fields[i])) return i;
+  return K_COUNT;
+}
+
+/* Store value v of key k_keys[key] in o. */
+static void key_set(cm_pool_options_t *o, int key, uint64_t v) {
+  switch (key) {
+    case K_PAGE: o->page_size = v; break;
+    case K_SLICE:
+      o->max_slice_size = v;
+      o->has_max_slice_size = true;
+      break;
+    case K_CAP:
+      o->max_pool_size = v;
+      o->has_max_pool_size = true;
+      break;
+    case K_MAX: o->max_alloc_size = v; break;
+    case K_PERIOD:
+      o->dealloc_period = v;
+      o->has_dealloc_period = true;
+      break;
+    case K_RECLAIM:
+      o->reclaim_at = v;
+      o->has_reclaim_at = true;
+      break;
+    case K_OBJECT: o->max_object_size = v; break;
+    default: break;
+  }
+}
+
+/* Parse one "key=value" item q[0..iend) of pool number idx into o. */
+static int parse_option(const char *q, const char *iend, size_t idx, cm_pool_options_t *o,
+                        cm_diag_t *diag) {
+  const char *eq = memchr(q, '=', (size_t)(iend - q));
+  if (!eq)
+    return cm__diag_set(diag, CM_EPARSE, "pool %zu: expected key=value, got '%.*s'", idx,
+                        (int)(iend - q), q);
+  size_t klen = (size_t)(eq - q);
+  int key = key_index(q, klen);
+  if (key == K_COUNT) {
+    char list[160];
+    size_t w = 0;
+    for (int i = 0; i < K_COUNT && w < sizeof list; i++)
+      w += (size_t)snprintf(list + w, sizeof list - w, "%s%s",
+                            i == 0 ? "" : i + 1 == K_COUNT ? " or " : ", ", k_keys[i]);
+    return cm__diag_set(diag, CM_EPARSE, "pool %zu: unknown option '%.*s'; expected %s", idx,
+                        (int)klen, q, list);
+  }
+  uint64_t v;
+  if (key == K_OBJECT && key_is(eq + 1, (size_t)(iend - eq - 1), "auto"))
+    v = CM_OBJECT_AUTO; /* the arena's adaptive object size */
+  else if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
+    return cm__diag_set(diag, CM_EPARSE,
+                        "pool %zu: bad value '%.*s' for '%.*s' (use bytes or "
+                        "KiB/MiB/GiB/TiB)",
+                        idx, (int)(iend - eq - 1), eq + 1, (int)klen, q);
+  key_set(o, key, v);
+  return CM_OK;
+}
+
+/* Parse one pool "kind[:key=value,...]" p[0..len), number idx, into o. */
+static int parse_pool(const char *p, size_t len, size_t idx, cm_pool_options_t *o,
+                      cm_diag_t *diag) {
+  memset(o, 0, sizeof *o);
+  const char *colon = memchr(p, ':', len);
+  size_t kl = colon ? (size_t)(colon - p) : len;
+  if (key_is(p, kl, "sliced")) o->kind = CM_POOL_SLICED;
+  else if (key_is(p, kl, "exclusive")) o->kind = CM_POOL_EXCLUSIVE;
+  else if (key_is(p, kl, "direct")) o->kind = CM_POOL_DIRECT;
+  else if (key_is(p, kl, "arena")) o->kind = CM_POOL_ARENA;
+  else
+    return cm__diag_set(diag, CM_EPARSE,
+                        "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct or "
+                        "arena",
+                        idx, (int)kl, p);
+  const char *q = colon ? colon + 1 : p + len;
+  const char *qend = p + len;
+  while (q < qend) {
+    const char *comma = memchr(q, ',', (size_t)(qend - q));
+    const char *iend = comma ? comma : qend;
+    int rc = parse_option(q, iend, idx, o, diag);
+    if (rc != CM_OK) return rc;
+    q = comma ? comma + 1 : qend;
+  }
+  return CM_OK;
+}
+
 int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t *out, size_t cap,
                    size_t *out_count, cm_diag_t *diag) {
   if (!text || !out_count) return cm__diag_set(diag, CM_EINVAL, "no layout given");
-  cm_preset_t pre;
-  if (!strcmp(text, "default")) pre = CM_PRESET_DEFAULT;
-  else if (!strcmp(text, "subslices") || !strcmp(text, "sub-slices")) pre = CM_PRESET_SUBSLICES;
-  else if (!strcmp(text, "exclusive-pages") || !strcmp(text, "exclusive"))
-    pre = CM_PRESET_EXCLUSIVE_PAGES;
-  else pre = (cm_preset_t)-1;
-  if ((int)pre >= 0) {
-    int rc = cm_pools_preset(pre, props, out, cap, out_count);
+  int pre = preset_named(text);
+  if (pre >= 0) {
+    int rc = cm_pools_preset((cm_preset_t)pre, props, out, cap, out_count);
     if (rc) return cm__diag_set(diag, rc, "the preset has %zu pools; room for %zu", *out_count, cap);
     return CM_OK;
   }
@@ -226,74 +337,9 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
     size_t len = end ? (size_t)(end - p) : strlen(p);
     if (n > CM_MAX_DYNAMIC_POOLS)
       return cm__diag_set(diag, CM_ECONFIG, "the pool list has more than 254 entries");
-    cm_pool_options_t o = {0};
-    const char *colon = memchr(p, ':', len);
-    size_t kl = colon ? (size_t)(colon - p) : len;
-    if (key_is(p, kl, "sliced")) o.kind = CM_POOL_SLICED;
-    else if (key_is(p, kl, "exclusive")) o.kind = CM_POOL_EXCLUSIVE;
-    else if (key_is(p, kl, "direct")) o.kind = CM_POOL_DIRECT;
-    else if (key_is(p, kl, "arena")) o.kind = CM_POOL_ARENA;
-    else
-      return cm__diag_set(diag, CM_EPARSE,
-                          "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct or "
-                          "arena",
-                          n + 1, (int)kl, p);
-    const char *q = colon ? colon + 1 : p + len;
-    const char *qend = p + len;
-    while (q < qend) {
-      const char *comma = memchr(q, ',', (size_t)(qend - q));
-      const char *iend = comma ? comma : qend;
-      const char *eq = memchr(q, '=', (size_t)(iend - q));
-      if (!eq)
-        return cm__diag_set(diag, CM_EPARSE, "pool %zu: expected key=value, got '%.*s'", n + 1,
-                            (int)(iend - q), q);
-      size_t klen = (size_t)(eq - q);
-      enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_OBJECT, K_NONE } key = K_NONE;
-      if (key_is(q, klen, "page") || key_is(q, klen, "page_size")) key = K_PAGE;
-      else if (key_is(q, klen, "max-slice") || key_is(q, klen, "max_slice_size")) key = K_SLICE;
-      else if (key_is(q, klen, "cap") || key_is(q, klen, "max_pool_size")) key = K_CAP;
-      else if (key_is(q, klen, "max") || key_is(q, klen, "max_alloc_size")) key = K_MAX;
-      else if (key_is(q, klen, "period") || key_is(q, klen, "dealloc_period")) key = K_PERIOD;
-      else if (key_is(q, klen, "reclaim") || key_is(q, klen, "reclaim_at")) key = K_RECLAIM;
-      else if (key_is(q, klen, "object") || key_is(q, klen, "max_object_size")) key = K_OBJECT;
-      if (key == K_NONE)
-        return cm__diag_set(diag, CM_EPARSE,
-                            "pool %zu: unknown option '%.*s'; expected page, max-slice, cap, max, "
-                            "period, reclaim or object",
-                            n + 1, (int)klen, q);
-      uint64_t v;
-      if (key == K_OBJECT && key_is(eq + 1, (size_t)(iend - eq - 1), "auto"))
-        v = CM_OBJECT_AUTO;
-      else if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
-        return cm__diag_set(diag, CM_EPARSE,
-                            "pool %zu: bad value '%.*s' for '%.*s' (use bytes or "
-                            "KiB/MiB/GiB/TiB)",
-                            n + 1, (int)(iend - eq - 1), eq + 1, (int)klen, q);
-      switch (key) {
-        case K_PAGE: o.page_size = v; break;
-        case K_SLICE:
-          o.max_slice_size = v;
-          o.has_max_slice_size = true;
-          break;
-        case K_CAP:
-          o.max_pool_size = v;
-          o.has_max_pool_size = true;
-          break;
-        case K_MAX: o.max_alloc_size = v; break;
-        case K_PERIOD:
-          o.dealloc_period = v;
-          o.has_dealloc_period = true;
-          break;
-        case K_RECLAIM:
-          o.reclaim_at = v;
-          o.has_reclaim_at = true;
-          break;
-        case K_OBJECT: o.max_object_size = v; break;
-        case K_NONE: break;
-      }
-      q = comma ? comma + 1 : qend;
-    }
-    tmp[n++] = o;
+    int rc = parse_pool(p, len, n + 1, &tmp[n], diag);
+    if (rc != CM_OK) return rc;
+    n++;
     p = end ? end + 1 : p + len;
   }
   if (n == 0) return cm__diag_set(diag, CM_ECONFIG, "the pool list is empty");
@@ -331,37 +377,37 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
       case CM_POOL_SLICED:
         w = snprintf(tmp, sizeof tmp, "sliced");
         fmt_size(v, sizeof v, o->page_size);
-        w = fmt_opt(tmp, sizeof tmp, w, "page", v);
+        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
         fmt_size(v, sizeof v, o->has_max_slice_size ? o->max_slice_size : o->page_size);
-        w = fmt_opt(tmp, sizeof tmp, w, "max-slice", v);
+        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_SLICE], v);
         break;
       case CM_POOL_EXCLUSIVE:
         w = snprintf(tmp, sizeof tmp, "exclusive");
         fmt_size(v, sizeof v, o->max_alloc_size);
-        w = fmt_opt(tmp, sizeof tmp, w, "max", v);
+        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
         break;
       case CM_POOL_DIRECT:
         w = snprintf(tmp, sizeof tmp, "direct");
         if (o->has_reclaim_at) {
           fmt_size(v, sizeof v, o->reclaim_at);
-          w = fmt_opt(tmp, sizeof tmp, w, "reclaim", v);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_RECLAIM], v);
         }
         break;
       case CM_POOL_ARENA:
         w = snprintf(tmp, sizeof tmp, "arena");
         if (o->page_size) {
           fmt_size(v, sizeof v, o->page_size);
-          w = fmt_opt(tmp, sizeof tmp, w, "page", v);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
         }
         if (o->max_alloc_size) {
           fmt_size(v, sizeof v, o->max_alloc_size);
-          w = fmt_opt(tmp, sizeof tmp, w, "max", v);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
         }
         if (o->max_object_size == CM_OBJECT_AUTO) {
-          w = fmt_opt(tmp, sizeof tmp, w, "object", "auto");
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], "auto");
         } else if (o->max_object_size) {
           fmt_size(v, sizeof v, o->max_object_size);
-          w = fmt_opt(tmp, sizeof tmp, w, "object", v);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], v);
         }
         break;
       case CM_POOL_PERSISTENT: w = snprintf(tmp, sizeof tmp, "persistent"); break;
@@ -369,11 +415,11 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
     }
     if (o->has_max_pool_size && (o->kind == CM_POOL_SLICED || o->kind == CM_POOL_ARENA)) {
       fmt_size(v, sizeof v, o->max_pool_size);
-      w = fmt_opt(tmp, sizeof tmp, w, "cap", v);
+      w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_CAP], v);
     }
     if (o->has_dealloc_period && o->kind != CM_POOL_DIRECT) {
       snprintf(v, sizeof v, "%" PRIu64, o->dealloc_period);
-      w = fmt_opt(tmp, sizeof tmp, w, "period", v);
+      w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PERIOD], v);
     }
     int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s",
                      i ? ";" : "", tmp);

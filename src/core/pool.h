@@ -29,7 +29,7 @@
 
 #include "core/desc.h"
 #include "core/tree.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/memory.h"
 #include "storage/storage_internal.h"
 

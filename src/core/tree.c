@@ -5,6 +5,8 @@
  */
 #include "core/tree.h"
 
+#include "base/debug.h"
+
 static int cmp(const cm__tnode *a, uint64_t k1, uint64_t k2, uint64_t k3) {
   if (a->k1 != k1) return a->k1 < k1 ? -1 : 1;
   if (a->k2 != k2) return a->k2 < k2 ? -1 : 1;
@@ -36,6 +38,7 @@ static void replace_child(cm__tree *t, cm__tnode *parent, cm__tnode *old, cm__tn
 
 /* Rotate n up over its parent. */
 static void rotate_up(cm__tree *t, cm__tnode *n) {
+  CM_ASSERT(n->parent != NULL);
   cm__tnode *p = n->parent, *g = p->parent;
   if (p->l == n) {
     p->l = n->r;
@@ -65,6 +68,7 @@ void cm__tree_insert(cm__tree *t, cm__tnode *n) {
 }
 
 void cm__tree_remove(cm__tree *t, cm__tnode *n) {
+  CM_ASSERT(t->count > 0);
   while (n->l && n->r) rotate_up(t, (n->l->prio > n->r->prio) ? n->l : n->r);
   cm__tnode *c = n->l ? n->l : n->r;
   replace_child(t, n->parent, n, c);

@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/log.h"
 
 struct cm_logger {

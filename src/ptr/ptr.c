@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "ptr/u64map.h"
 
 typedef struct stream_slot {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/debug.h"
 #include "cubemem/common.h"
 
 static uint64_t mix(uint64_t x) {
@@ -78,6 +79,7 @@ int cm__u64map_put(cm__u64map *m, uint64_t key, void *value) {
   m->slots[i].key = key;
   m->slots[i].value = value;
   m->count++;
+  CM_ASSERT(m->count * 2 <= m->cap); /* at most half full: probe runs end */
   return CM_OK;
 }
 

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/replay.h"
 
 void cm_fit_options_init(cm_fit_options_t *o) {

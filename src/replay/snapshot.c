@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/replay.h"
 #include "ptr/u64map.h"
 #include "replay/pickle.h"

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/replay.h"
 #include "replay/sbuf.h"
 
@@ -97,8 +97,25 @@ static void pool_label(const cm_replay_result_t *r, size_t j, char *buf, size_t 
 #define PLOT_X1 700.0
 #define PLOT_H 280.0
 
-static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
-  /* --- scales --- */
+/* Scales of a panel's timeline chart: plot top and bottom, axis maxima and
+ * tick steps, the byte unit of the y axis. */
+typedef struct chart {
+  double top, bot;
+  double xtop, xstep, ytop, ystep;
+  double div;
+  const char *unit;
+} chart_t;
+
+/* x of event count v on the chart. */
+static double chart_x(const chart_t *c, double v) {
+  return PLOT_X0 + (PLOT_X1 - PLOT_X0) * (v / c->xtop);
+}
+
+/* y of byte count v on the chart. */
+static double chart_y(const chart_t *c, double v) { return c->bot - PLOT_H * (v / c->ytop); }
+
+/* The chart's scales from the largest event count and byte count of any series. */
+static void chart_scales(const cm_replay_panel_t *p, double y, chart_t *c) {
   uint64_t xmax = 1, ymax = 1;
   for (size_t s = 0; s < p->series_count; s++) {
     const cm_replay_result_t *r = p->series[s].result;
@@ -107,76 +124,83 @@ static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
     if (r->peak_live_bytes > ymax) ymax = r->peak_live_bytes;
     if (r->peak_reserved_bytes > ymax) ymax = r->peak_reserved_bytes;
   }
-  double ystep = nice_step((double)ymax * 1.05, 5), ytop = ceil((double)ymax * 1.05 / ystep) * ystep;
-  double xstep = nice_step((double)xmax, 8), xtop = (double)xmax;
-  double div;
-  const char *unit;
-  byte_unit(ytop, &div, &unit);
+  c->ystep = nice_step((double)ymax * 1.05, 5);
+  c->ytop = ceil((double)ymax * 1.05 / c->ystep) * c->ystep;
+  c->xstep = nice_step((double)xmax, 8);
+  c->xtop = (double)xmax;
+  byte_unit(c->ytop, &c->div, &c->unit);
+  c->top = y + 40;
+  c->bot = c->top + PLOT_H;
+}
 
-  cm__sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"title\">", PLOT_X0, y + 22);
-  sb_escaped(b, p->title ? p->title : "trace");
-  cm__sb_printf(b, "</text>\n");
-  double top = y + 40, bot = top + PLOT_H;
-#define X(v) (PLOT_X0 + (PLOT_X1 - PLOT_X0) * ((double)(v) / xtop))
-#define Y(v) (bot - PLOT_H * ((double)(v) / ytop))
-  /* grid and axes */
+/* Grid lines, ticks and axis labels of the chart. */
+static void chart_axes(cm__sbuf *b, const chart_t *c) {
   cm__sb_printf(b, "<g class=\"axis\">\n");
-  for (double v = 0; v <= ytop + ystep / 2; v += ystep) {
+  for (double v = 0; v <= c->ytop + c->ystep / 2; v += c->ystep) {
     char num[32];
-    fmt_num(num, sizeof num, v / div);
+    fmt_num(num, sizeof num, v / c->div);
     cm__sb_printf(b,
               "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s %s</text>\n",
-              PLOT_X0, Y(v), PLOT_X1, Y(v), PLOT_X0 - 6, Y(v) + 4, num, unit);
+              PLOT_X0, chart_y(c, v), PLOT_X1, chart_y(c, v), PLOT_X0 - 6, chart_y(c, v) + 4, num,
+              c->unit);
   }
-  for (double v = 0; v <= xtop + 1e-9; v += xstep) {
+  for (double v = 0; v <= c->xtop + 1e-9; v += c->xstep) {
     char num[32];
     fmt_count(num, sizeof num, v);
     cm__sb_printf(b,
               "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-              X(v), bot, X(v), bot + 5, X(v), bot + 18, num);
+              chart_x(c, v), c->bot, chart_x(c, v), c->bot + 5, chart_x(c, v), c->bot + 18, num);
   }
   cm__sb_printf(b,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
-            PLOT_X0, top, PLOT_X0, bot, PLOT_X0, bot, PLOT_X1, bot);
+            PLOT_X0, c->top, PLOT_X0, c->bot, PLOT_X0, c->bot, PLOT_X1, c->bot);
   cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"label\">"
-            "events replayed (allocations + frees)</text>\n", (PLOT_X0 + PLOT_X1) / 2, bot + 36);
+            "events replayed (allocations + frees)</text>\n", (PLOT_X0 + PLOT_X1) / 2,
+            c->bot + 36);
   cm__sb_printf(b, "<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\" "
             "class=\"label\">memory (%s, 1 %s = %.0f bytes)</text>\n",
-            24.0, (top + bot) / 2, unit, unit, div);
+            24.0, (c->top + c->bot) / 2, c->unit, c->unit, c->div);
   cm__sb_printf(b, "</g>\n");
+}
 
-  /* live bytes: filled area from the first series with a timeline */
+/* The live-bytes area (from the first series with a timeline) and one
+ * reserved-bytes line per series (dashed at the peak without a timeline). */
+static void chart_series(cm__sbuf *b, const cm_replay_panel_t *p, const chart_t *c) {
   const cm_replay_result_t *lr = NULL;
   for (size_t s = 0; s < p->series_count && !lr; s++)
     if (p->series[s].result && p->series[s].result->timeline_count) lr = p->series[s].result;
   if (lr) {
-    cm__sb_printf(b, "<path class=\"live\" d=\"M%.1f %.1f", X(0), Y(0));
+    cm__sb_printf(b, "<path class=\"live\" d=\"M%.1f %.1f", chart_x(c, 0), chart_y(c, 0));
     for (size_t i = 0; i < lr->timeline_count; i++)
-      cm__sb_printf(b, " L%.1f %.1f", X(lr->timeline[i].event), Y(lr->timeline[i].live_bytes));
-    cm__sb_printf(b, " L%.1f %.1f Z\"/>\n", X(lr->timeline[lr->timeline_count - 1].event), Y(0));
+      cm__sb_printf(b, " L%.1f %.1f", chart_x(c, (double)lr->timeline[i].event),
+                chart_y(c, (double)lr->timeline[i].live_bytes));
+    cm__sb_printf(b, " L%.1f %.1f Z\"/>\n",
+              chart_x(c, (double)lr->timeline[lr->timeline_count - 1].event), chart_y(c, 0));
   }
-  /* reserved bytes per series */
   for (size_t s = 0; s < p->series_count; s++) {
     const cm_replay_result_t *r = p->series[s].result;
     if (!r) continue;
-    const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
+    const char *col = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
     if (r->timeline_count) {
-      cm__sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c);
+      cm__sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", col);
       for (size_t i = 0; i < r->timeline_count; i++)
-        cm__sb_printf(b, "%s%.1f,%.1f", i ? " " : "", X(r->timeline[i].event),
-                  Y(r->timeline[i].reserved_bytes));
+        cm__sb_printf(b, "%s%.1f,%.1f", i ? " " : "", chart_x(c, (double)r->timeline[i].event),
+                  chart_y(c, (double)r->timeline[i].reserved_bytes));
       cm__sb_printf(b, "\"/>\n");
     } else {
       cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                "stroke-dasharray=\"6 4\"/>\n", PLOT_X0, Y(r->peak_reserved_bytes), PLOT_X1,
-                Y(r->peak_reserved_bytes), c);
+                "stroke-dasharray=\"6 4\"/>\n", PLOT_X0, chart_y(c, (double)r->peak_reserved_bytes),
+                PLOT_X1, chart_y(c, (double)r->peak_reserved_bytes), col);
     }
   }
-  /* legend */
-  double ly = top + 8;
+}
+
+/* The legend right of the chart: the live peak, then each series' reserved peak. */
+static void chart_legend(cm__sbuf *b, const cm_replay_panel_t *p, const chart_t *c) {
+  double ly = c->top + 8;
   char v1[32], v2[32];
   if (p->series_count && p->series[0].result) {
     cm_format_bytes(p->series[0].result->peak_live_bytes, v1, sizeof v1);
@@ -188,22 +212,109 @@ static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
   for (size_t s = 0; s < p->series_count; s++) {
     const cm_replay_result_t *r = p->series[s].result;
     if (!r) continue;
-    const char *c = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
+    const char *col = k_colors[s % (sizeof k_colors / sizeof k_colors[0])];
     cm_format_bytes(r->peak_reserved_bytes, v2, sizeof v2);
     double ratio = r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0;
     cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
               "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\">",
-              PLOT_X1 + 16, ly + 5, PLOT_X1 + 30, ly + 5, c, PLOT_X1 + 36, ly + 9);
+              PLOT_X1 + 16, ly + 5, PLOT_X1 + 30, ly + 5, col, PLOT_X1 + 36, ly + 9);
     sb_escaped(b, p->series[s].label ? p->series[s].label : "layout");
     cm__sb_printf(b, "</text><text x=\"%.1f\" y=\"%.1f\" class=\"small\">reserved, peak %s (x%.3f)</text>\n",
               PLOT_X1 + 36, ly + 22, v2, ratio);
     ly += 36;
   }
-#undef X
-#undef Y
+}
 
-  /* --- per-pool breakdown at the storage peak --- */
-  double by = bot + 60;
+/* Sum of the bytes the breakdown shows for a series (every pool, persistent included). */
+static uint64_t pools_total(const cm_replay_result_t *r) {
+  uint64_t tot = 0;
+  for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
+  return tot;
+}
+
+/* x of byte count v on the breakdown's bars (btop bytes span the plot). */
+static double bar_x(double btop, double v) {
+  return PLOT_X0 + (PLOT_X1 - PLOT_X0) * (v / btop);
+}
+
+/* A legend line under a bar: where the next item goes. */
+typedef struct bar_legend {
+  double lx, leg_y;
+  int shown, hidden;
+} bar_legend_t;
+
+/* One pool's legend item under the bar (pools of >= 1% of the bar, 8 at
+ * most; the others are counted as hidden). */
+static void bar_legend_item(cm__sbuf *b, bar_legend_t *lg, const char *col, const char *desc,
+                            const char *vb, uint64_t v, uint64_t tot) {
+  if (lg->shown >= 8 || (double)v < 0.01 * (double)tot) {
+    lg->hidden++;
+    return;
+  }
+  char item[200];
+  snprintf(item, sizeof item, "%s: %s", desc, vb);
+  double wdt = 6.0 * (double)strlen(item) + 24;
+  if (lg->lx > PLOT_X0 && lg->lx + wdt > W - 10) {
+    lg->lx = PLOT_X0;
+    lg->leg_y += 14;
+  }
+  cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>"
+            "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">", lg->lx, lg->leg_y, col, lg->lx + 12,
+            lg->leg_y + 8);
+  sb_escaped(b, item);
+  cm__sb_printf(b, "</text>\n");
+  lg->lx += wdt;
+  lg->shown++;
+}
+
+/* The stacked bar of series s at height by, with its label, segments,
+ * legend and total. Returns the y below it. */
+static double bar_row(cm__sbuf *b, const cm_replay_panel_t *p, size_t s, double by, double btop) {
+  const cm_replay_result_t *r = p->series[s].result;
+  cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
+  char lab[24];
+  snprintf(lab, sizeof lab, "%s", p->series[s].label ? p->series[s].label : "layout");
+  if (p->series[s].label && strlen(p->series[s].label) > 15) strcpy(lab + 12, "...");
+  sb_escaped(b, lab);
+  cm__sb_printf(b, "</text>\n");
+  uint64_t tot = pools_total(r);
+  double x = 0, bar_y = by;
+  bar_legend_t lg = {PLOT_X0, by + 26, 0, 0};
+  for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) {
+    uint64_t v = pool_value(r, j);
+    if (!v) continue;
+    const char *col = k_pool_colors[j % (sizeof k_pool_colors / sizeof k_pool_colors[0])];
+    char desc[160], vb[32];
+    pool_label(r, j, desc, sizeof desc);
+    cm_format_bytes(v, vb, sizeof vb);
+    double x0 = bar_x(btop, x), x1 = bar_x(btop, x + (double)v);
+    cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"%s\" "
+              "stroke=\"#fff\" stroke-width=\"0.5\"><title>", x0, bar_y, x1 - x0, col);
+    sb_escaped(b, desc);
+    cm__sb_printf(b, ": %s</title></rect>\n", vb);
+    if (x1 - x0 > 28)
+      cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"inbar\">p%zu</text>\n",
+                (x0 + x1) / 2, bar_y + 14, j);
+    x += (double)v;
+    bar_legend_item(b, &lg, col, desc, vb, v, tot);
+  }
+  if (lg.hidden) {
+    if (lg.lx > PLOT_X0 && lg.lx + 150 > W - 10) {
+      lg.lx = PLOT_X0;
+      lg.leg_y += 14;
+    }
+    cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">+%d smaller pool%s</text>\n",
+              lg.lx, lg.leg_y + 8, lg.hidden, lg.hidden == 1 ? "" : "s");
+  }
+  char tb[32];
+  cm_format_bytes(tot, tb, sizeof tb);
+  cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", bar_x(btop, x) + 6, bar_y + 14, tb);
+  return lg.leg_y + 24;
+}
+
+/* The per-pool breakdown at the storage peak, starting at height by: a
+ * title, one bar per series and the bytes axis. Returns the y below it. */
+static double breakdown(cm__sbuf *b, const cm_replay_panel_t *p, double by) {
   cm__sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"label\">reserved per pool when the device "
             "peak was reached</text>\n", PLOT_X0, by);
   by += 12;
@@ -211,76 +322,15 @@ static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
   for (size_t s = 0; s < p->series_count; s++) {
     const cm_replay_result_t *r = p->series[s].result;
     if (!r) continue;
-    uint64_t tot = 0;
-    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
+    uint64_t tot = pools_total(r);
     if (tot > bmax) bmax = tot;
   }
   double bstep = nice_step((double)bmax, 5), btop = ceil((double)bmax / bstep) * bstep;
   double bdiv;
   const char *bunit;
   byte_unit(btop, &bdiv, &bunit);
-#define BX(v) (PLOT_X0 + (PLOT_X1 - PLOT_X0) * ((double)(v) / btop))
-  for (size_t s = 0; s < p->series_count; s++) {
-    const cm_replay_result_t *r = p->series[s].result;
-    if (!r) continue;
-    cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
-    char lab[24];
-    snprintf(lab, sizeof lab, "%s", p->series[s].label ? p->series[s].label : "layout");
-    if (p->series[s].label && strlen(p->series[s].label) > 15) strcpy(lab + 12, "...");
-    sb_escaped(b, lab);
-    cm__sb_printf(b, "</text>\n");
-    uint64_t tot = 0;
-    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) tot += pool_value(r, j);
-    double x = 0, bar_y = by, leg_y = by + 26, lx = PLOT_X0;
-    int shown = 0, hidden = 0;
-    for (size_t j = 0; j <= r->pool_count && r->pool_reports; j++) {
-      uint64_t v = pool_value(r, j);
-      if (!v) continue;
-      const char *c = k_pool_colors[j % (sizeof k_pool_colors / sizeof k_pool_colors[0])];
-      char desc[160], vb[32];
-      pool_label(r, j, desc, sizeof desc);
-      cm_format_bytes(v, vb, sizeof vb);
-      double x0 = BX(x), x1 = BX(x + (double)v);
-      cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"20\" fill=\"%s\" "
-                "stroke=\"#fff\" stroke-width=\"0.5\"><title>", x0, bar_y, x1 - x0, c);
-      sb_escaped(b, desc);
-      cm__sb_printf(b, ": %s</title></rect>\n", vb);
-      if (x1 - x0 > 28)
-        cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" class=\"inbar\">p%zu</text>\n",
-                  (x0 + x1) / 2, bar_y + 14, j);
-      x += (double)v;
-      /* legend under the bar: colour, pool, bytes (pools of >= 1% of the bar, 8 at most) */
-      if (shown >= 8 || (double)v < 0.01 * (double)tot) {
-        hidden++;
-        continue;
-      }
-      char item[200];
-      snprintf(item, sizeof item, "%s: %s", desc, vb);
-      double wdt = 6.0 * (double)strlen(item) + 24;
-      if (lx > PLOT_X0 && lx + wdt > W - 10) {
-        lx = PLOT_X0;
-        leg_y += 14;
-      }
-      cm__sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"9\" height=\"9\" fill=\"%s\"/>"
-                "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">", lx, leg_y, c, lx + 12, leg_y + 8);
-      sb_escaped(b, item);
-      cm__sb_printf(b, "</text>\n");
-      lx += wdt;
-      shown++;
-    }
-    if (hidden) {
-      if (lx > PLOT_X0 && lx + 150 > W - 10) {
-        lx = PLOT_X0;
-        leg_y += 14;
-      }
-      cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"small\">+%d smaller pool%s</text>\n",
-                lx, leg_y + 8, hidden, hidden == 1 ? "" : "s");
-    }
-    char tb[32];
-    cm_format_bytes(tot, tb, sizeof tb);
-    cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", BX(x) + 6, bar_y + 14, tb);
-    by = leg_y + 24;
-  }
+  for (size_t s = 0; s < p->series_count; s++)
+    if (p->series[s].result) by = bar_row(b, p, s, by, btop);
   /* bytes axis for the bars */
   cm__sb_printf(b, "<g class=\"axis\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>\n",
             PLOT_X0, by, PLOT_X1, by);
@@ -289,10 +339,24 @@ static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
     fmt_num(num, sizeof num, v / bdiv);
     cm__sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s %s</text>\n",
-              BX(v), by, BX(v), by + 5, BX(v), by + 18, num, bunit);
+              bar_x(btop, v), by, bar_x(btop, v), by + 5, bar_x(btop, v), by + 18, num, bunit);
   }
   cm__sb_printf(b, "</g>\n");
-#undef BX
+  return by;
+}
+
+/* One trace's panel at height y: title, timeline chart, legend and per-pool
+ * breakdown. Returns the y where the next panel starts. */
+static double panel(cm__sbuf *b, const cm_replay_panel_t *p, double y) {
+  chart_t c;
+  chart_scales(p, y, &c);
+  cm__sb_printf(b, "<text x=\"%.0f\" y=\"%.1f\" class=\"title\">", PLOT_X0, y + 22);
+  sb_escaped(b, p->title ? p->title : "trace");
+  cm__sb_printf(b, "</text>\n");
+  chart_axes(b, &c);
+  chart_series(b, p, &c);
+  chart_legend(b, p, &c);
+  double by = breakdown(b, p, c.bot + 60);
   return by + 40;
 }
 

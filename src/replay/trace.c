@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/replay.h"
 
 #define CM__MAX_FIELDS 16

@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/device.h"
 #include "cubemem/log.h"
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/cuda_internal.h"
 
 /* ---- entry-point table ------------------------------------------------------ */

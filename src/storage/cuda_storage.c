@@ -24,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/cuda_internal.h"
 #include "storage/storage_internal.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/cuda_internal.h"
 
 uint64_t cm__cuda_vm_granularity(void *ctx) { return ((cuda_storage *)ctx)->granularity; }

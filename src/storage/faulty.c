@@ -27,7 +27,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "cubemem/faulty.h"
 #include "storage/storage_internal.h"
 

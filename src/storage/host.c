@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/idtable.h"
 #include "storage/storage_internal.h"
 

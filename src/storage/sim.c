@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/storage_internal.h"
 
 enum { E_FREE = 0, E_ALLOC = 1, E_RANGE = 2 };

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/storage_internal.h"
 
 int cm_storage_create(const cm_storage_ops_t *ops, void *ctx, cm_storage_t **out) {

@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "storage/vk_abi.h"
 #include "storage/vulkan_internal.h"
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "base/util.h"
 #include "ptr/u64map.h"
 #include "storage/storage_internal.h"
 #include "storage/vk_abi.h"

@@ -97,6 +97,13 @@ has "an unknown kind suggests the kind" "$TMP/err" "did you mean 'sliced'?"
 has "an unknown kind lists the presets" "$TMP/err" "exclusive-pages"
 "$CM" replay --pools 'sliced:pgae=1MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "an unknown key suggests page=" "$TMP/err" "did you mean 'page='?"
+"$CM" replay --pools 'arena:objct=8MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+has "an unknown key suggests the arena's object=" "$TMP/err" "did you mean 'object='?"
+has "an unknown key lists every key of the library" "$TMP/err" "period=, reclaim= or object="
+"$CM" replay --pools 'arena:page' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+has "a key without a value lists every key" "$TMP/err" "(keys: page, max-slice, cap, max, period, reclaim or object)"
+"$CM" replay --json --no-config --pools 'arena:max_object_size=8MiB' "$TMP/t.csv" >"$TMP/out" 2>&1
+has "field names are accepted as keys" "$TMP/out" '"pool":"arena:object=8MiB"'
 "$CM" replay --pools 'sliced:page=8MiB,cap=1MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "messages use the names users type" "$TMP/err" "cap= (1048576) is smaller than page= (8388608)"
 hasnt "never internal field names" "$TMP/err" "max_pool_size"

@@ -6,8 +6,8 @@
  * unrounded caps and reclaim watermarks, dropped direct periods), every
  * error text of §11.5 that applies to this build, the first-error-wins rule,
  * the command-line syntax (presets by name, sizes with suffixes, errors that
- * name the bad part) and that cm_pools_format writes text cm_pools_parse
- * reads back to the same list.
+ * name the bad part), that cm_pools_format writes text cm_pools_parse
+ * reads back to the same list, and that cm_pools_keys lists its keys.
  *
  * T74 (an exclusive-memory-only build) has no counterpart: cubemem has no
  * such build configuration, so its two texts ("the `sub-slices` preset is
@@ -367,6 +367,49 @@ static void parse_errors(void) {
   EXPECT_EQ(n, 3);
 }
 
+/* Every option field of a pool, has_* flags included, equal in a and b. */
+static bool same_fields(const cm_pool_options_t *a, const cm_pool_options_t *b) {
+  return a->kind == b->kind && a->page_size == b->page_size &&
+         a->max_slice_size == b->max_slice_size && a->has_max_slice_size == b->has_max_slice_size &&
+         a->max_pool_size == b->max_pool_size && a->has_max_pool_size == b->has_max_pool_size &&
+         a->max_alloc_size == b->max_alloc_size && a->dealloc_period == b->dealloc_period &&
+         a->has_dealloc_period == b->has_dealloc_period && a->reclaim_at == b->reclaim_at &&
+         a->has_reclaim_at == b->has_reclaim_at && a->max_object_size == b->max_object_size;
+}
+
+/* cm_pools_keys lists exactly what cm_pools_parse accepts: every key sets an
+ * option, its field name sets the same one, and the message for an unknown
+ * key lists them all, in the order of the list. */
+static void keys_list(void) {
+  size_t nk = 0;
+  const char *const *fields = NULL;
+  const char *const *keys = cm_pools_keys(&nk, &fields);
+  ASSERT(keys != NULL && fields != NULL);
+  EXPECT_EQ(nk, 7);
+  EXPECT(cm_pools_keys(NULL, NULL) == keys);
+  cm_pool_options_t plain[1], by_key[1], by_field[1];
+  size_t n = 0;
+  cm_diag_t diag = {0};
+  ASSERT_OK(cm_pools_parse("arena", D, plain, 1, &n, &diag));
+  char expected[256] = "expected ";
+  for (size_t k = 0; k < nk; k++) {
+    char text[96];
+    snprintf(text, sizeof text, "arena:%s=4KiB", keys[k]);
+    int rc = cm_pools_parse(text, D, by_key, 1, &n, &diag);
+    if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "\"%s\": %s", text, diag.message);
+    snprintf(text, sizeof text, "arena:%s=4KiB", fields[k]);
+    rc = cm_pools_parse(text, D, by_field, 1, &n, &diag);
+    if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "\"%s\": %s", text, diag.message);
+    if (same_fields(plain, by_key)) cm_test_fail(__FILE__, __LINE__, "%s= set nothing", keys[k]);
+    if (!same_fields(by_key, by_field))
+      cm_test_fail(__FILE__, __LINE__, "%s= and %s= differ", keys[k], fields[k]);
+    size_t w = strlen(expected);
+    snprintf(expected + w, sizeof expected - w, "%s%s",
+             k == 0 ? "" : k + 1 == nk ? " or " : ", ", keys[k]);
+  }
+  EXPECT_PARSE_ERROR("arena:colour=1", expected);
+}
+
 /* parse(format(list)) == list, for every kind and option. */
 static void format_round_trip(void) {
   cm_pool_options_t in[7];
@@ -417,5 +460,6 @@ int main(void) {
   CM_RUN(parse_syntax);
   CM_RUN(parse_errors);
   CM_RUN(format_round_trip);
+  CM_RUN(keys_list);
   return cm_test_finish();
 }

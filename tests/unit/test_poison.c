@@ -6,8 +6,8 @@
  */
 #include <string.h>
 
+#include "base/util.h"
 #include "cm_test.h"
-#include "core/util.h"
 #include "cubemem/cubemem.h"
 
 #ifdef CM_ASAN

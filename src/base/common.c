@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/util.h"
+#include "base/util.h"
 
 const char *cm_strerror(int status) {
   switch (status) {

@@ -1,6 +1,6 @@
 /* util.h - small internal helpers shared across the library (not installed). */
-#ifndef CM_CORE_UTIL_H
-#define CM_CORE_UTIL_H
+#ifndef CM_BASE_UTIL_H
+#define CM_BASE_UTIL_H
 
 #include <stdarg.h>
 #include "cubemem/common.h"

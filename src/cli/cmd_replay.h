@@ -1,0 +1,74 @@
+/* cmd_replay.h - what cmd_replay.c (options, runs) and cmd_replay_report.c
+ * (the text, JSON, SVG and HTML reports) share. Internal to the tool. */
+#ifndef CM_CLI_CMD_REPLAY_H
+#define CM_CLI_CMD_REPLAY_H
+
+#include "cli.h"
+
+#define MAX_LAYOUTS 16
+
+/* One --pools layout, parsed against the device. */
+typedef struct layout {
+  const char *text; /* as given on the command line */
+  cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS];
+  size_t count;
+} layout_t;
+
+/* The command line. */
+typedef struct opts {
+  uint64_t capacity;
+  uint64_t alignment; /* 0 = the device's */
+  const char *device;
+  const char *layouts[MAX_LAYOUTS];
+  size_t layout_count;
+  const char *config_path;
+  const char *persistent_memory;
+  unsigned repeat;
+  bool json, skip_bad, progress;
+  bool no_config;         /* --no-config: no discovery */
+  int snapshot_device;    /* --snapshot-device, -1 = first with history */
+  bool free_on_requested; /* --snapshot-free-on requested */
+  char config_used[600];  /* the configuration the report names */
+  const char *svg;
+  const char *html; /* --html FILE */
+  bool fit;         /* --fit: also search the smallest device per layout */
+  const char **traces;
+  size_t trace_count;
+} opts_t;
+
+/* The outcome of one (trace, layout). */
+typedef struct run {
+  cm_replay_result_t res; /* statistics; timeline when --svg */
+  uint64_t median_ns;
+  double ns_per_op;
+  cm_replay_recorder_t *rec; /* with --html: what the report draws */
+  uint64_t fit_bytes;        /* with --fit: the smallest device (0: not found) */
+  char *json;                /* with --html: the --json object of this run */
+} run_t;
+
+/* What every run of the command shares: options, device, configuration. */
+typedef struct env {
+  const opts_t *o;
+  cm_device_props_t props;
+  uint64_t capacity;
+  const cm_config_t *cfg;
+  cm_logger_t *logger;
+  const cli_trace_info_t *tinfo; /* the trace being reported */
+} env_t;
+
+/* The text report of one trace: one column per layout (n runs). */
+void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
+                           const run_t *runs, size_t n, const env_t *env);
+/* One --json object (and a newline) for a run of trace tname under lay. */
+void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, const cm_trace_t *t,
+                           const run_t *run, const env_t *env);
+/* The --json object of a run as a string (malloc'd, no newline), or NULL. */
+char *cli_replay_json_object(const char *tname, const layout_t *lay, const cm_trace_t *t,
+                             const run_t *run, const env_t *env);
+/* --svg: write every trace's panel to path. Returns the exit status. */
+int cli_replay_write_svg(const char *path, const cm_replay_panel_t *panels, size_t n);
+/* --html: one page for every trace and layout. Returns the exit status. */
+int cli_replay_write_html(const char *path, const char *const *traces, size_t nt,
+                          const layout_t *lays, const run_t *runs, size_t nl);
+
+#endif

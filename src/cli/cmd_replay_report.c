@@ -1,0 +1,351 @@
+/*
+ * cmd_replay_report.c - the reports of `cubemem replay` (cmd_replay.c runs
+ * the replays): the side-by-side text report per trace with a per-pool table
+ * per layout, the --json objects (also embedded in the --html page), the
+ * --svg timeline and the --html page.
+ *
+ * Exports cli_replay_print_text, cli_replay_print_json,
+ * cli_replay_json_object, cli_replay_write_svg and cli_replay_write_html
+ * (cmd_replay.h).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_replay.h"
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static void fmt_bytes(uint64_t b, char *buf, size_t cap) { cm_format_bytes(b, buf, cap); }
+
+static void fmt_grouped(uint64_t v, char *buf, size_t cap) { cli_fmt_grouped(v, buf, cap); }
+
+static void json_string(FILE *f, const char *s) { cli_json_string(f, s); }
+
+static int write_file(void *arg, const char *data, size_t len) {
+  return fwrite(data, 1, len, (FILE *)arg) == len ? 0 : 1;
+}
+
+/* ---- reports ----------------------------------------------------------------- */
+
+static double ratio(const cm_replay_result_t *r) {
+  return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
+}
+
+/* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns}, and the
+ * storage's errors and contract violations. */
+static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
+  const cm_storage_stats_t *d = &r->storage;
+  fprintf(f,
+          ",\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
+          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
+          ",\"address_frees\":%" PRIu64 "}",
+          r->driver_calls, d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
+          d->unmap_calls, d->releases, d->reserves, d->address_frees);
+  fprintf(f,
+          ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
+          ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
+          d->time_alloc_ns, d->time_free_ns, d->time_map_ns, d->time_unmap_ns, d->time_reserve_ns);
+  fprintf(f, ",\"storage_errors\":%" PRIu64 ",\"violations\":%" PRIu64, d->errors,
+          d->violations);
+}
+
+void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, const cm_trace_t *t,
+                           const run_t *run, const env_t *env) {
+  const cm_replay_result_t *r = &run->res;
+  fputs("{\"trace\":", f);
+  json_string(f, tname);
+  fputs(",\"layout\":", f);
+  json_string(f, lay->text);
+  fprintf(f,
+          ",\"device\":\"%s\",\"device_memory\":%" PRIu64 ",\"events\":%" PRIu64
+          ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
+          ",\"peak_reserved_bytes\":%" PRIu64 ",\"reserved_over_live\":%.6f"
+          ",\"manager_reserved_peak\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64
+          ",\"device_allocs\":%" PRIu64 ",\"device_frees\":%" PRIu64
+          ",\"device_maps\":%" PRIu64 ",\"device_unmaps\":%" PRIu64
+          ",\"device_time_ns\":%" PRIu64 ",\"failed_allocs\":%" PRIu64,
+          env->o->device, env->capacity, r->events, r->allocs, r->frees, r->peak_live_bytes,
+          r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
+          r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
+          r->failed_allocs);
+  fputs(",\"config\":", f);
+  json_string(f, env->o->config_used);
+  if (env->tinfo && env->tinfo->is_snapshot)
+    fprintf(f, ",\"snapshot_device\":%d,\"torch_reserved_bytes\":%" PRIu64
+               ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
+            env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
+            env->tinfo->snap.preexisting);
+  print_driver_json(f, r);
+  if (env->o->fit)
+    fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
+            r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
+  if (r->failed_allocs) {
+    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
+            cm_err_name(r->first_failure), r->first_failure_size);
+    json_string(f, r->first_failure_message);
+    fputc('}', f);
+  }
+  fprintf(f,
+          ",\"unknown_frees\":%" PRIu64 ",\"trace_alloc_failures\":%" PRIu64
+          ",\"duplicate_allocs\":%" PRIu64 ",\"bad_lines\":%" PRIu64 ",\"live_at_end\":%" PRIu64
+          ",\"repeat\":%u,\"time_ns\":%" PRIu64 ",\"ns_per_op\":%.2f,\"pools\":[",
+          t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines, t->live_at_end,
+          env->o->repeat, run->median_ns, run->ns_per_op);
+  for (size_t j = 0; j <= r->pool_count; j++) {
+    const cm_pool_report_t *p = &r->pool_reports[j];
+    char desc[160];
+    if (j == r->pool_count) snprintf(desc, sizeof desc, "persistent");
+    else cm_pools_format(&p->options, 1, desc, sizeof desc);
+    if (j) fputc(',', f);
+    fputs("{\"pool\":", f);
+    json_string(f, desc);
+    fprintf(f,
+            ",\"pages\":%" PRIu64 ",\"pages_peak\":%" PRIu64 ",\"reserved\":%" PRIu64
+            ",\"reserved_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64,
+            p->pages, p->pages_peak, p->usage.bytes_reserved, p->bytes_reserved_peak,
+            p->largest_alloc);
+    if (r->pool_reserved_at_peak)
+      fprintf(f, ",\"reserved_at_device_peak\":%" PRIu64, r->pool_reserved_at_peak[j]);
+    fputc('}', f);
+  }
+  fputs("]}\n", f);
+}
+
+char *cli_replay_json_object(const char *tname, const layout_t *lay, const cm_trace_t *t,
+                             const run_t *run, const env_t *env) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  cli_replay_print_json(f, tname, lay, t, run, env);
+  if (fclose(f) != 0) {
+    free(buf);
+    return NULL;
+  }
+  while (len && buf[len - 1] == '\n') buf[--len] = '\0';
+  return buf;
+}
+
+int cli_replay_write_html(const char *path, const char *const *traces, size_t nt,
+                          const layout_t *lays, const run_t *runs, size_t nl) {
+  cm_replay_html_panel_t *panels = calloc(nt ? nt : 1, sizeof *panels);
+  size_t ns = nt * nl;
+  cm_replay_html_series_t *series = calloc(ns ? ns : 1, sizeof *series);
+  int rc = panels && series ? CM_OK : CM_ENOMEM;
+  for (size_t ti = 0; ti < nt && rc == CM_OK; ti++) {
+    panels[ti] = (cm_replay_html_panel_t){.title = traces[ti], .series = &series[ti * nl],
+                                          .series_count = nl};
+    for (size_t l = 0; l < nl; l++) {
+      const run_t *r = &runs[ti * nl + l];
+      series[ti * nl + l] = (cm_replay_html_series_t){lays[l].text, &r->res, r->rec, r->json};
+    }
+  }
+  FILE *f = rc == CM_OK ? fopen(path, "w") : NULL;
+  if (rc == CM_OK && !f) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, strerror(errno));
+    rc = CM_EIO;
+  } else if (f) {
+    rc = cm_replay_html(panels, nt, NULL, write_file, f);
+    if (fclose(f) != 0 && rc == CM_OK) rc = CM_EIO;
+    if (rc != CM_OK) fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, cm_strerror(rc));
+  } else {
+    fprintf(stderr, "cubemem replay: out of memory writing %s\n", path);
+  }
+  free(series);
+  free(panels);
+  return rc == CM_OK ? 0 : 1;
+}
+
+/* "A / B" into a 64-byte table cell. */
+static void fmt_pair(char *cell, uint64_t a, uint64_t b) {
+  snprintf(cell, 64, "%" PRIu64 " / %" PRIu64, a, b);
+}
+
+/* A row of the side-by-side table: label, then one cell per layout. */
+static void row(const char *label, char cells[][64], size_t n, size_t width) {
+  printf("  %-20s", label);
+  for (size_t i = 0; i < n; i++) printf("  %*s", (int)width, cells[i]);
+  printf("\n");
+}
+
+/* The report's head: trace summary, snapshot and anomaly lines, device and
+ * configuration. */
+static void print_text_head(const char *tname, const cm_trace_t *t, const env_t *env) {
+  char a[32], b[32];
+  printf("trace   %s\n", tname);
+  cli_print_trace_summary(stdout, t);
+  if (env->tinfo && env->tinfo->is_snapshot) {
+    const cm_snapshot_info_t *si = &env->tinfo->snap;
+    fmt_bytes(si->reserved_bytes, a, sizeof a);
+    printf("        PyTorch snapshot, device %d of %d: %" PRIu64 " allocations live before "
+           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump\n",
+           si->device, si->device_count, si->preexisting, a, si->segments);
+  }
+  if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
+    printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
+           " 'allocate failure' rows, %" PRIu64 " re-allocated live pointers, %" PRIu64
+           " malformed lines skipped\n",
+           t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
+  snprintf(b, sizeof b, "persistent memory %s",
+           cm_config_persistent_memory_name(env->cfg->persistent_memory));
+  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
+  printf("config  %s\n\n", env->o->config_used);
+}
+
+/* The table's first rows: layout names (width: the widest cell, set here),
+ * live and reserved bytes, the ratio and what is reserved at the end. */
+static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t *width) {
+  char c[MAX_LAYOUTS][64];
+  *width = 12;
+  for (size_t i = 0; i < n; i++) {
+    size_t L = strlen(lays[i].text);
+    if (L > 24) snprintf(c[i], 64, "%.21s...", lays[i].text);
+    else snprintf(c[i], 64, "%s", lays[i].text);
+    if (strlen(c[i]) > *width) *width = strlen(c[i]);
+  }
+  row("layout", c, n, *width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_live_bytes, c[i], 64);
+  row("peak live", c, n, *width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.peak_reserved_bytes, c[i], 64);
+  row("peak reserved", c, n, *width);
+  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
+  row("  (bytes)", c, n, *width);
+  for (size_t i = 0; i < n; i++) {
+    if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
+    else snprintf(c[i], 64, "-");
+  }
+  row("reserved / live", c, n, *width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].res.reserved_at_end, c[i], 64);
+  row("reserved at end", c, n, *width);
+}
+
+/* The device rows: allocations and frees, driver calls by kind, what
+ * PyTorch reserved, refused calls, time in the driver. */
+static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *env) {
+  char c[MAX_LAYOUTS][64];
+  for (size_t i = 0; i < n; i++) { /* VM maps and unmaps are counted below, not here */
+    const cm_replay_result_t *r = &runs[i].res;
+    fmt_pair(c[i], r->device_allocs - r->device_maps, r->device_frees - r->device_unmaps);
+  }
+  row("device allocs/frees", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.driver_calls, c[i], 64);
+  row("driver calls", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.creates, runs[i].res.storage.map_calls);
+  row("  create / map", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.unmap_calls, runs[i].res.storage.releases);
+  row("  unmap / release", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.storage.set_access);
+  row("  set access", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.allocs, runs[i].res.storage.deallocs);
+  row("  alloc / free", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.reserves, runs[i].res.storage.address_frees);
+  row("  reserve / free VA", c, n, width);
+  if (env->tinfo && env->tinfo->is_snapshot) {
+    for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
+    row("reserved by PyTorch", c, n, width); /* at dump */
+  }
+  bool refused = false;
+  for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;
+  if (refused) {
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%" PRIu64 " (%" PRIu64 " violations)", runs[i].res.storage.errors,
+               runs[i].res.storage.violations);
+    row("driver errors", c, n, width);
+  }
+  if (strcmp(env->o->device, "sim") != 0) { /* real devices: time spent in driver calls */
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
+    row("time in driver calls", c, n, width);
+  }
+}
+
+/* The last rows: --fit's smallest device, failed reserves, time, ns per
+ * operation; then each layout's first failure. */
+static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size_t width,
+                         const env_t *env) {
+  char c[MAX_LAYOUTS][64];
+  if (env->o->fit) {
+    for (size_t i = 0; i < n; i++) {
+      if (runs[i].fit_bytes) fmt_bytes(runs[i].fit_bytes, c[i], 64);
+      else snprintf(c[i], 64, "-");
+    }
+    row("smallest device", c, n, width);
+    for (size_t i = 0; i < n; i++)
+      snprintf(c[i], 64, "%.4f",
+               runs[i].res.peak_live_bytes
+                   ? (double)runs[i].fit_bytes / (double)runs[i].res.peak_live_bytes : 0.0);
+    row("  / peak live", c, n, width);
+  }
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
+  row("failed reserves", c, n, width);
+  for (size_t i = 0; i < n; i++) {
+    double ms = (double)runs[i].median_ns / 1e6;
+    if (ms >= 1000) snprintf(c[i], 64, "%.3f s", ms / 1000);
+    else snprintf(c[i], 64, "%.3f ms", ms);
+  }
+  row(env->o->repeat > 1 ? "time (median)" : "time", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.1f", runs[i].ns_per_op);
+  row("ns / op", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    if (runs[i].res.failed_allocs)
+      printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
+             cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
+             runs[i].res.first_failure_message);
+}
+
+/* One table of pools per layout, at the end of the trace. */
+static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const cm_replay_result_t *r = &runs[i].res;
+    printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);
+    printf("  %4s  %-44s %7s %7s %12s %12s %12s\n", "#", "kind / options", "pages", "peak",
+           "reserved", "reserved max", "largest");
+    for (size_t j = 0; j <= r->pool_count; j++) {
+      const cm_pool_report_t *p = &r->pool_reports[j];
+      char desc[160], r1[32], r2[32], r3[32];
+      if (j == r->pool_count) {
+        if (!p->pages_peak && !p->largest_alloc) continue; /* unused persistent pool */
+        snprintf(desc, sizeof desc, "persistent");
+      } else {
+        cm_pools_format(&p->options, 1, desc, sizeof desc);
+      }
+      fmt_bytes(p->usage.bytes_reserved, r1, sizeof r1);
+      fmt_bytes(p->bytes_reserved_peak, r2, sizeof r2);
+      fmt_bytes(p->largest_alloc, r3, sizeof r3);
+      char idx[8];
+      if (j == r->pool_count) snprintf(idx, sizeof idx, "P");
+      else snprintf(idx, sizeof idx, "%zu", j);
+      printf("  %4s  %-44.44s %7" PRIu64 " %7" PRIu64 " %12s %12s %12s\n", idx, desc, p->pages,
+             p->pages_peak, r1, r2, r3);
+    }
+  }
+}
+
+void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
+                           const run_t *runs, size_t n, const env_t *env) {
+  size_t width;
+  print_text_head(tname, t, env);
+  rows_bytes(lays, runs, n, &width);
+  rows_device(runs, n, width, env);
+  rows_outcome(lays, runs, n, width, env);
+  print_pool_tables(lays, runs, n);
+  printf("\n");
+}
+
+int cli_replay_write_svg(const char *path, const cm_replay_panel_t *panels, size_t n) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  int rc = cm_replay_svg(panels, n, write_file, f);
+  if (fclose(f) != 0 || rc != CM_OK) {
+    fprintf(stderr, "cubemem replay: cannot write %s: %s\n", path, cm_strerror(rc ? rc : CM_EIO));
+    return 1;
+  }
+  return 0;
+}
