@@ -4,7 +4,7 @@
  *
  * Storages: the simulated device (virtual memory with a small granule, so
  * that granule accounting is exercised with few bytes) and "plain", a
- * minimal backend defined here without VM operations, which forces the
+ * minimal backend without VM operations (the fixture), which forces the
  * arena's segment fallback and can be told to fail allocations.
  *
  * Scenarios: randomized model checks (random sizes and lifetimes; after
@@ -12,179 +12,13 @@
  * overlap and the usage must equal the model's), placement (best fit, low
  * addresses, determinism), mapping (reserved = mapped granules, unmapping of
  * free memory, hysteresis: a steady loop maps nothing after its first
- * iteration), caps, zero-byte and size-limited requests, lazy reservations
- * (dry runs: the default layout counts, trims and places exactly as an eager
- * run of the same sequence without a storage call; get_storage backs a slice;
- * eager memory placed on what a dry run counted is backed; segments are
- * counted whole and allocated when first needed), storage failures leaving
- * the manager unchanged, segment release, and the default preset itself.
+ * iteration), physical objects (CM_OBJECT_AUTO), caps, zero-byte and
+ * size-limited requests, storage failures leaving the manager unchanged,
+ * segment release, and the default preset itself. Dry runs are in
+ * test_arena_dry.c; the helpers in tests/harness/cm_arena_fixture.h.
  * Exports: main (the test runner).
  */
-#include <stdlib.h>
-#include <string.h>
-
-#include "cm_test.h"
-#include "cubemem/memory.h"
-
-#define KiB (1024ull)
-#define MiB (1024ull * 1024ull)
-#define GiB (1024ull * MiB)
-
-static const cm_device_props_t P = {128 * MiB, 512};
-
-/* ---- a storage without virtual memory ---------------------------------------- */
-
-typedef struct plain {
-  uint64_t next_id;
-  uint64_t sizes[4096]; /* by id; 0 = not live */
-  int fail_next;        /* > 0: that many allocations fail with CM_EOOM */
-} plain;
-
-static int plain_alloc(void *ctx, uint64_t size, uint64_t *out, cm_diag_t *diag) {
-  plain *p = ctx;
-  (void)diag;
-  if (p->fail_next > 0) {
-    p->fail_next--;
-    return CM_EOOM;
-  }
-  if (p->next_id >= 4096) return CM_EOOM;
-  uint64_t id = p->next_id++;
-  p->sizes[id] = size ? size : 1;
-  *out = id;
-  return CM_OK;
-}
-
-static void plain_dealloc(void *ctx, uint64_t id) {
-  plain *p = ctx;
-  if (id < 4096) p->sizes[id] = 0;
-}
-
-static int plain_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
-                     cm_diag_t *diag) {
-  plain *p = ctx;
-  (void)diag;
-  if (id >= 4096 || !p->sizes[id]) return CM_EHANDLE;
-  if (offset > p->sizes[id] || size > p->sizes[id] - offset) return CM_EINVAL;
-  out->addr = (id << 40) + offset;
-  out->host = NULL;
-  out->size = size;
-  return CM_OK;
-}
-
-static void plain_release(void *ctx) { free(ctx); }
-
-static const cm_storage_ops_t k_plain_ops = {
-    .name = "plain",
-    .alloc = plain_alloc,
-    .dealloc = plain_dealloc,
-    .get = plain_get,
-    .release = plain_release,
-};
-
-static cm_storage_t *plain_storage(plain **ctx) {
-  plain *p = calloc(1, sizeof *p);
-  p->next_id = 1;
-  cm_storage_t *s = NULL;
-  if (cm_storage_create(&k_plain_ops, p, &s) != CM_OK) free(p);
-  if (ctx) *ctx = p;
-  return s;
-}
-
-static cm_storage_t *sim(uint64_t capacity, bool fail, uint64_t gran) {
-  cm_storage_t *s = NULL;
-  if (cm_storage_sim_create(capacity, fail, gran, &s) != CM_OK) return NULL;
-  return s;
-}
-
-/* ---- helpers ------------------------------------------------------------------- */
-
-static cm_pool_options_t arena(void) {
-  cm_pool_options_t o;
-  memset(&o, 0, sizeof o);
-  o.kind = CM_POOL_ARENA;
-  return o;
-}
-
-static cm_manager_t *mk(cm_storage_t *s, const cm_pool_options_t *pools, size_t n) {
-  cm_manager_config_t cfg;
-  cm_manager_config_init(&cfg);
-  cfg.props = P;
-  cfg.pools = pools;
-  cfg.pool_count = n;
-  cm_manager_t *m = NULL;
-  cm_diag_t d;
-  memset(&d, 0, sizeof d);
-  if (cm_manager_create(s, &cfg, &m, &d) != CM_OK) return NULL;
-  return m;
-}
-
-static cm_manager_t *mk_arena(cm_storage_t *s) {
-  cm_pool_options_t o = arena();
-  return mk(s, &o, 1);
-}
-
-static cm_handle_t res(cm_manager_t *m, uint64_t size) {
-  cm_handle_t h = {NULL};
-  cm_diag_t d;
-  memset(&d, 0, sizeof d);
-  int rc = cm_manager_reserve(m, size, &h, &d);
-  if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "reserve(%llu): %s", (unsigned long long)size,
-                                d.message);
-  return h;
-}
-
-static cm_storage_handle_t where(cm_manager_t *m, cm_handle_t h) {
-  cm_storage_handle_t sh;
-  memset(&sh, 0, sizeof sh);
-  cm_binding_t b = cm_handle_binding(h);
-  if (cm_manager_get_storage(m, b, &sh, NULL) != CM_OK) sh.id = UINT64_MAX;
-  cm_binding_release(b);
-  return sh;
-}
-
-static uint64_t held(cm_manager_t *m) {
-  cm_storage_stats_t st;
-  cm_storage_stats(cm_manager_storage(m), &st);
-  return st.bytes_held;
-}
-
-static cm_storage_stats_t stats(cm_manager_t *m) {
-  cm_storage_stats_t st;
-  cm_storage_stats(cm_manager_storage(m), &st);
-  return st;
-}
-
-static uint64_t reserved(cm_manager_t *m) {
-  cm_usage_t u;
-  cm_manager_usage(m, &u);
-  return u.bytes_reserved;
-}
-
-#define CHECK_CLEAN(m)                                                    \
-  do {                                                                    \
-    cm_diag_t cd__;                                                       \
-    memset(&cd__, 0, sizeof cd__);                                        \
-    size_t bad__ = cm_manager_check((m), &cd__);                          \
-    if (bad__) cm_test_fail(__FILE__, __LINE__, "check: %zu violations: %s", bad__, cd__.message); \
-  } while (0)
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) {
-  uint64_t x = rng_state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return rng_state = x;
-}
-
-/* A size drawn from a skewed mix: mostly small, some medium, a few large. */
-static uint64_t rnd_size(uint64_t large) {
-  uint64_t k = rnd() % 100;
-  if (k < 5) return 0;
-  if (k < 60) return 1 + rnd() % (8 * KiB);
-  if (k < 90) return 1 + rnd() % (256 * KiB);
-  return 1 + rnd() % large;
-}
+#include "cm_arena_fixture.h"
 
 /* ---- randomized model checks --------------------------------------------------- */
 
@@ -347,6 +181,33 @@ static void placement_deterministic(void) {
     cm_manager_destroy(m);
   }
   EXPECT(memcmp(offs[0], offs[1], sizeof offs[0]) == 0);
+}
+
+/* A span of whole granules starts on a granule boundary when its free block
+ * allows (the part below stays free for smaller requests); other spans are
+ * carved from the low end. So freeing it frees whole granules: a trim gives
+ * them back although the neighbours stay. */
+static void placement_whole_granules(void) {
+  cm_manager_t *m = mk_arena(sim(0, false, 0)); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 4096);
+  cm_handle_t b = res(m, 4 * MiB);
+  EXPECT_EQ(offset_of(m, a), 0);
+  EXPECT_EQ(offset_of(m, b), 2 * MiB);
+  cm_handle_t c = res(m, 4096); /* best fit: the free part below b */
+  EXPECT_EQ(offset_of(m, c), 4096);
+  cm_handle_t d = res(m, 3 * MiB); /* not whole granules: right after b */
+  EXPECT_EQ(offset_of(m, d), 6 * MiB);
+  CHECK_CLEAN(m);
+  uint64_t before = held(m);
+  cm_handle_release(b);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), before - 4 * MiB); /* both of b's granules went back */
+  CHECK_CLEAN(m);
+  cm_handle_release(a);
+  cm_handle_release(c);
+  cm_handle_release(d);
+  cm_manager_destroy(m);
 }
 
 static void zero_and_limits(void) {
@@ -576,336 +437,6 @@ static void vm_map_failure_leaves_state(void) {
   cm_manager_destroy(m);
 }
 
-static void vm_lazy_dry_run(void) {
-  cm_manager_t *m = mk_arena(sim(0, false, 0));
-  ASSERT(m != NULL);
-  cm_manager_dry_run_begin(m);
-  cm_handle_t a = res(m, 6 * MiB);
-  cm_manager_dry_run_end(m);
-  EXPECT_EQ(held(m), 0); /* placed, not mapped */
-  cm_pool_report_t r;
-  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
-  EXPECT_EQ(r.pages_unmapped, 1);
-  CHECK_CLEAN(m);
-  cm_storage_handle_t w = where(m, a); /* materializes */
-  EXPECT_EQ(w.offset, 0);
-  EXPECT_EQ(held(m), 6 * MiB);
-  ASSERT_OK(cm_manager_pool_report(m, 0, &r));
-  EXPECT_EQ(r.pages_unmapped, 0);
-  CHECK_CLEAN(m);
-  cm_handle_release(a);
-  CHECK_CLEAN(m);
-  cm_manager_destroy(m);
-}
-
-
-static cm_pool_report_t report0(cm_manager_t *m) {
-  cm_pool_report_t r;
-  memset(&r, 0, sizeof r);
-  if (cm_manager_pool_report(m, 0, &r) != CM_OK) cm_test_fail(__FILE__, __LINE__, "pool report");
-  return r;
-}
-
-static uint64_t offset_of(cm_manager_t *m, cm_handle_t h) { /* find: does not materialize */
-  cm_location_t loc;
-  memset(&loc, 0, sizeof loc);
-  cm_binding_t b = cm_handle_binding(h);
-  if (cm_manager_find(m, b, &loc, NULL) != CM_OK) loc.offset = UINT64_MAX;
-  cm_binding_release(b);
-  return loc.offset;
-}
-
-/* The default layout on a VM device: a dry run counts, trims and places
- * exactly as an eager run of the same sequence, without a storage call. */
-static void vm_dry_run_counts_like_eager(void) {
-  enum { N = 96, OPS = 3000 };
-  cm_manager_t *eager = mk(sim(0, false, 64 * KiB), NULL, 0);
-  cm_manager_t *dry = mk(sim(0, false, 64 * KiB), NULL, 0);
-  ASSERT(eager != NULL && dry != NULL);
-  cm_manager_dry_run_begin(dry);
-  cm_handle_t ve[N], vd[N];
-  memset(ve, 0, sizeof ve);
-  memset(vd, 0, sizeof vd);
-  uint64_t live = 0;
-  rng_state = 777;
-  for (int i = 0; i < OPS; i++) {
-    size_t k = (size_t)(rnd() % N);
-    if (ve[k].d) {
-      cm_handle_release(ve[k]);
-      cm_handle_release(vd[k]);
-      ve[k].d = vd[k].d = NULL;
-      live--;
-    } else {
-      uint64_t size = rnd_size(4 * MiB);
-      ve[k] = res(eager, size);
-      vd[k] = res(dry, size);
-      ASSERT(ve[k].d && vd[k].d);
-      live++;
-      if (offset_of(eager, ve[k]) != offset_of(dry, vd[k]))
-        cm_test_fail(__FILE__, __LINE__, "op %d: placed at %llu (eager) vs %llu (dry)", i,
-                     (unsigned long long)offset_of(eager, ve[k]),
-                     (unsigned long long)offset_of(dry, vd[k]));
-    }
-    if (reserved(eager) != reserved(dry))
-      cm_test_fail(__FILE__, __LINE__, "op %d: reserved %llu (eager) vs %llu (dry)", i,
-                   (unsigned long long)reserved(eager), (unsigned long long)reserved(dry));
-    if (i % 500 == 499) {
-      bool ex = (i / 500) % 2 == 0;
-      cm_manager_cleanup(eager, ex);
-      cm_manager_cleanup(dry, ex);
-      EXPECT_EQ(reserved(eager), reserved(dry));
-    }
-    if (i % 50 == 0) {
-      EXPECT_EQ(cm_manager_check(dry, NULL), 0);
-      EXPECT_EQ(cm_manager_check(eager, NULL), 0);
-    }
-  }
-  CHECK_CLEAN(dry);
-  CHECK_CLEAN(eager);
-  cm_pool_report_t re = report0(eager), rd = report0(dry);
-  EXPECT_GT(re.bytes_reserved_peak, 0);
-  EXPECT_EQ(rd.bytes_reserved_peak, re.bytes_reserved_peak);
-  EXPECT_EQ(rd.usage.bytes_reserved, re.usage.bytes_reserved);
-  EXPECT_EQ(rd.pages_peak, re.pages_peak);
-  /* nothing was mapped or unmapped in the storage */
-  cm_storage_stats_t st = stats(dry);
-  EXPECT_EQ(st.bytes_held, 0);
-  EXPECT_EQ(st.maps, 0);
-  EXPECT_EQ(st.unmaps, 0);
-  EXPECT_EQ(st.allocs, 0);
-  EXPECT_GT(stats(eager).maps, 0);
-  EXPECT_EQ(rd.pages_unmapped, live); /* every live slice waits to be materialized */
-
-  /* get_storage materializes one slice: the storage maps it, the counts stay */
-  size_t k = 0;
-  while (k < N && !(vd[k].d && where(eager, ve[k]).size >= 64 * KiB)) k++;
-  ASSERT(k < N);
-  uint64_t res_before = reserved(dry);
-  cm_storage_handle_t w = where(dry, vd[k]);
-  EXPECT_EQ(w.offset, offset_of(eager, ve[k]));
-  st = stats(dry);
-  EXPECT_GT(st.maps, 0);
-  EXPECT_GE(st.bytes_held, w.size);
-  EXPECT_EQ(report0(dry).pages_unmapped, live - 1);
-  EXPECT_EQ(reserved(dry), res_before);
-  CHECK_CLEAN(dry);
-  uint64_t maps1 = st.maps;
-  (void)where(dry, vd[k]); /* materialized once only */
-  EXPECT_EQ(stats(dry).maps, maps1);
-
-  /* releasing unmaterialized slices makes no storage call */
-  cm_storage_stats_t s0 = stats(dry);
-  for (size_t j = 0; j < N; j++)
-    if (vd[j].d && j != k) {
-      cm_handle_release(vd[j]);
-      vd[j].d = NULL;
-    }
-  cm_storage_stats_t s1 = stats(dry);
-  EXPECT_EQ(s1.maps, s0.maps);
-  EXPECT_EQ(s1.unmaps, s0.unmaps);
-  EXPECT_EQ(s1.bytes_held, s0.bytes_held);
-  EXPECT_EQ(report0(dry).pages_unmapped, 0);
-  CHECK_CLEAN(dry);
-  cm_manager_dry_run_end(dry);
-
-  /* an eager reservation on granules the dry run counted is backed */
-  uint64_t held0 = held(dry), res0 = reserved(dry), maps0 = stats(dry).maps;
-  ASSERT(res0 > held0 + 2 * MiB); /* virtual granules are left */
-  cm_handle_t e = res(dry, 2 * MiB);
-  EXPECT_EQ(report0(dry).pages_unmapped, 0);
-  EXPECT_GT(stats(dry).maps, maps0);
-  EXPECT_GT(held(dry), held0); /* the virtual objects it lands on are backed whole */
-  uint64_t maps2 = stats(dry).maps;
-  cm_storage_handle_t we = where(dry, e); /* nothing left to materialize */
-  EXPECT_EQ(we.size, 2 * MiB);
-  EXPECT_EQ(stats(dry).maps, maps2);
-  CHECK_CLEAN(dry);
-  /* an explicit cleanup unmaps only what is backed; the counts drop to what is used */
-  cm_handle_release(e);
-  cm_handle_release(vd[k]);
-  cm_manager_cleanup(dry, true);
-  EXPECT_EQ(reserved(dry), 0);
-  EXPECT_EQ(held(dry), 0);
-  CHECK_CLEAN(dry);
-  for (size_t j = 0; j < N; j++)
-    if (ve[j].d) cm_handle_release(ve[j]);
-  cm_manager_destroy(eager);
-  cm_manager_destroy(dry);
-}
-
-/* A dry run on an arena that is partly backed: slices on backed memory are
- * mapped, slices on new memory are not, and destroy unmaps only what is
- * backed. */
-static void vm_dry_run_after_eager(void) {
-  cm_manager_t *m = mk_arena(sim(0, false, 64 * KiB));
-  ASSERT(m != NULL);
-  cm_handle_t a = res(m, 1 * MiB);
-  cm_handle_release(a); /* 1 MiB stays mapped and free */
-  uint64_t maps0 = stats(m).maps;
-  cm_manager_dry_run_begin(m);
-  cm_handle_t b = res(m, 512 * KiB); /* on backed memory */
-  EXPECT_EQ(report0(m).pages_unmapped, 0);
-  cm_handle_t c = res(m, 3 * MiB); /* beyond it: counted, virtual */
-  EXPECT_EQ(report0(m).pages_unmapped, 1);
-  EXPECT_EQ(stats(m).maps, maps0);
-  EXPECT_EQ(held(m), 1 * MiB);
-  EXPECT_GE(reserved(m), 3 * MiB + 512 * KiB);
-  CHECK_CLEAN(m);
-  cm_manager_dry_run_end(m);
-  cm_handle_release(b);
-  cm_manager_destroy(m); /* with c unmaterialized: only backed granules are unmapped */
-  cm_handle_release(c);
-}
-
-/* Segments (no VM): a dry run counts whole segments without allocating them. */
-/* CM_OBJECT_AUTO under a dry run: what it counted without mapping is taken
- * off the device's free memory, so it decides room, places and counts exactly
- * as an eager run of the same sequence. */
-static void vm_auto_dry_run_like_eager(void) {
-  enum { N = 48, OPS = 2000 };
-  cm_pool_options_t o = arena();
-  o.max_object_size = CM_OBJECT_AUTO;
-  cm_manager_t *eager = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
-  cm_manager_t *dry = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
-  ASSERT(eager != NULL && dry != NULL);
-  cm_manager_dry_run_begin(dry);
-  cm_handle_t ve[N], vd[N];
-  memset(ve, 0, sizeof ve);
-  memset(vd, 0, sizeof vd);
-  rng_state = 4242;
-  for (int i = 0; i < OPS; i++) {
-    size_t k = (size_t)(rnd() % N);
-    if (ve[k].d) {
-      cm_handle_release(ve[k]);
-      cm_handle_release(vd[k]);
-      ve[k].d = vd[k].d = NULL;
-      continue;
-    }
-    uint64_t size = rnd_size(4 * MiB);
-    ve[k] = res(eager, size);
-    vd[k] = res(dry, size);
-    ASSERT(ve[k].d && vd[k].d);
-    if (offset_of(eager, ve[k]) != offset_of(dry, vd[k]) || reserved(eager) != reserved(dry))
-      cm_test_fail(__FILE__, __LINE__, "op %d: placed at %llu / %llu, reserved %llu / %llu", i,
-                   (unsigned long long)offset_of(eager, ve[k]),
-                   (unsigned long long)offset_of(dry, vd[k]), (unsigned long long)reserved(eager),
-                   (unsigned long long)reserved(dry));
-  }
-  /* both regimes were met: some objects span several granules, and the
-   * device was more than half full */
-  EXPECT_LT(stats(eager).creates, stats(eager).bytes_held / (64 * KiB));
-  EXPECT_GT(report0(eager).bytes_reserved_peak, 18 * MiB);
-  EXPECT_EQ(report0(dry).bytes_reserved_peak, report0(eager).bytes_reserved_peak);
-  EXPECT_EQ(stats(dry).maps, 0);
-  CHECK_CLEAN(eager);
-  CHECK_CLEAN(dry);
-  for (size_t k = 0; k < N; k++)
-    if (ve[k].d) {
-      cm_handle_release(ve[k]);
-      cm_handle_release(vd[k]);
-    }
-  cm_manager_dry_run_end(dry);
-  cm_manager_destroy(eager);
-  cm_manager_destroy(dry);
-}
-
-/* A span of whole granules starts on a granule boundary when its free block
- * allows (the part below stays free for smaller requests); other spans are
- * carved from the low end. So freeing it frees whole granules: a trim gives
- * them back although the neighbours stay. */
-static void placement_whole_granules(void) {
-  cm_manager_t *m = mk_arena(sim(0, false, 0)); /* 2 MiB granules */
-  ASSERT(m != NULL);
-  cm_handle_t a = res(m, 4096);
-  cm_handle_t b = res(m, 4 * MiB);
-  EXPECT_EQ(offset_of(m, a), 0);
-  EXPECT_EQ(offset_of(m, b), 2 * MiB);
-  cm_handle_t c = res(m, 4096); /* best fit: the free part below b */
-  EXPECT_EQ(offset_of(m, c), 4096);
-  cm_handle_t d = res(m, 3 * MiB); /* not whole granules: right after b */
-  EXPECT_EQ(offset_of(m, d), 6 * MiB);
-  CHECK_CLEAN(m);
-  uint64_t before = held(m);
-  cm_handle_release(b);
-  cm_manager_cleanup(m, true);
-  EXPECT_EQ(held(m), before - 4 * MiB); /* both of b's granules went back */
-  CHECK_CLEAN(m);
-  cm_handle_release(a);
-  cm_handle_release(c);
-  cm_handle_release(d);
-  cm_manager_destroy(m);
-}
-
-static void segments_dry_run(void) {
-  plain *ctx;
-  cm_manager_t *m = mk_arena(plain_storage(&ctx));
-  ASSERT(m != NULL);
-  cm_manager_dry_run_begin(m);
-  cm_handle_t a = res(m, 1000);
-  cm_handle_t b = res(m, 1000);
-  EXPECT_EQ(stats(m).allocs, 0);
-  EXPECT_EQ(held(m), 0);
-  EXPECT_EQ(reserved(m), 2 * MiB); /* the smallest segment, counted */
-  cm_pool_report_t r = report0(m);
-  EXPECT_EQ(r.bytes_reserved_peak, 2 * MiB);
-  EXPECT_EQ(r.pages_unmapped, 2);
-  EXPECT_EQ(offset_of(m, b), 1024);
-  CHECK_CLEAN(m);
-  /* get_storage allocates the segment: both slices are backed */
-  cm_storage_handle_t w = where(m, b);
-  EXPECT_EQ(w.offset, 1024);
-  EXPECT_EQ(stats(m).allocs, 1);
-  EXPECT_EQ(held(m), 2 * MiB);
-  EXPECT_EQ(report0(m).pages_unmapped, 0);
-  EXPECT_EQ(where(m, a).id, w.id);
-  CHECK_CLEAN(m);
-  /* an unmaterialized segment goes back without a storage call */
-  cm_handle_t big = res(m, 5 * MiB);
-  EXPECT_EQ(stats(m).allocs, 1);
-  EXPECT_EQ(reserved(m), 7 * MiB);
-  EXPECT_EQ(report0(m).bytes_reserved_peak, 7 * MiB);
-  cm_handle_release(big);
-  cm_manager_cleanup(m, true);
-  EXPECT_EQ(stats(m).deallocs, 0);
-  EXPECT_EQ(reserved(m), 2 * MiB);
-  EXPECT_EQ(report0(m).bytes_reserved_peak, 7 * MiB);
-  CHECK_CLEAN(m);
-  /* an eager reservation in a segment the dry run counted allocates it */
-  cm_handle_t c = res(m, 5 * MiB);
-  cm_handle_release(c);
-  cm_manager_dry_run_end(m);
-  EXPECT_EQ(stats(m).allocs, 1);
-  cm_handle_t d = res(m, 4 * MiB);
-  EXPECT_EQ(stats(m).allocs, 2);
-  EXPECT_EQ(report0(m).pages_unmapped, 0);
-  EXPECT_EQ(reserved(m), 7 * MiB);
-  CHECK_CLEAN(m);
-  /* ... and reports a failing device, leaving the manager unchanged */
-  cm_manager_dry_run_begin(m);
-  cm_handle_t e = res(m, 6 * MiB);
-  cm_handle_release(e);
-  cm_manager_dry_run_end(m);
-  /* try_reserve, then alloc, try to allocate the segment; the manager then
-   * releases the cached (dry-run) segment and tries once more */
-  ctx->fail_next = 3;
-  cm_handle_t f = {NULL};
-  EXPECT_STATUS(cm_manager_reserve(m, 6 * MiB, &f, NULL), CM_EOOM);
-  EXPECT_EQ(ctx->fail_next, 0);
-  EXPECT(f.d == NULL);
-  CHECK_CLEAN(m);
-  f = res(m, 6 * MiB); /* the device works again */
-  EXPECT_EQ(stats(m).allocs, 3);
-  cm_handle_release(f);
-  cm_handle_release(a);
-  cm_handle_release(b);
-  cm_handle_release(d);
-  cm_manager_cleanup(m, true);
-  EXPECT_EQ(held(m), 0);
-  EXPECT_EQ(reserved(m), 0);
-  CHECK_CLEAN(m);
-  cm_manager_destroy(m);
-}
-
 /* ---- segments (no VM) ----------------------------------------------------------- */
 
 static void segments_grow_and_release(void) {
@@ -1039,14 +570,9 @@ int main(void) {
   CM_RUN(vm_steady_loop_maps_once);
   CM_RUN(vm_growth_batches_maps);
   CM_RUN(vm_auto_objects);
-  CM_RUN(vm_auto_dry_run_like_eager);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
-  CM_RUN(vm_lazy_dry_run);
-  CM_RUN(vm_dry_run_counts_like_eager);
-  CM_RUN(vm_dry_run_after_eager);
-  CM_RUN(segments_dry_run);
   CM_RUN(segments_grow_and_release);
   CM_RUN(segments_cap);
   CM_RUN(default_preset_is_one_arena);
