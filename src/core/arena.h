@@ -90,6 +90,9 @@ typedef struct arena {
   uint64_t omax;  /* largest physical object of the map at hand, in granules */
   uint64_t ocfg;  /* the configured limit (granules); 1 under CM_OBJECT_AUTO */
   bool oauto;     /* CM_OBJECT_AUTO: whole runs while the device has room */
+  bool owned;     /* default object size: a block's whole granules are one object
+                     while the device has room */
+  uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
   region **regs;
   uint32_t nregs, capregs;
   ablk *heads[NBINS];

@@ -103,9 +103,17 @@ uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_l
 }
 
 /* End of the object that a map starting at unmapped granule g creates inside
- * [g, hi]: the run of unmapped granules, cut after omax of them. */
+ * [g, hi]: the run of unmapped granules, cut after omax of them; granules
+ * [own_lo, own_hi] (those a block being placed covers whole, while the device
+ * has room) form one object of their own. */
 static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
-  uint64_t e = g, lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
+  uint64_t e = g, lim;
+  if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
+    lim = hi < a->own_hi ? hi : a->own_hi; /* granules one block owns: one object */
+  } else {
+    lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
+    if (g < a->own_lo && lim >= a->own_lo && a->own_lo <= a->own_hi) lim = a->own_lo - 1;
+  }
   while (e < lim && !bit(r->mapped, e + 1)) e++;
   return e;
 }
@@ -274,10 +282,17 @@ static bool has_room(const arena *a, uint64_t need) {
   return free_b - pending - add > total / 2;
 }
 
+/* Back to the configured object size after a placement's map. */
+static inline void objects_default(arena *a) {
+  a->omax = a->ocfg;
+  a->own_lo = 1;
+  a->own_hi = 0;
+}
+
 /* Map what placing span s at the low end of free block b needs; `lazy`: count
  * the granules as mapped without mapping them (dry run), with the very same
  * trimming and batching decisions, so a dry run places as an eager run does. */
-int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
+static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   region *r = b->rg;
   uint64_t o = place_off(a, b, s);
   uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
@@ -285,8 +300,18 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
-  bool room = a->oauto && has_room(a, unmapped_in(r, g0, g1));
-  a->omax = room ? UINT32_MAX : a->ocfg;
+  /* physical objects while the device has room: CM_OBJECT_AUTO maps whole
+   * runs; the default makes the granules the block covers whole one object
+   * (freed with the block); else (and near the capacity) omax granules */
+  bool room = false;
+  if (a->oauto) {
+    room = has_room(a, unmapped_in(r, g0, g1));
+    if (room) a->omax = UINT32_MAX;
+  } else if (a->owned && s >= a->gran && !((o | s) & (a->gran - 1)) &&
+             has_room(a, unmapped_in(r, g0, g1))) {
+    a->own_lo = g0; /* a block of whole granules on a granule boundary */
+    a->own_hi = g1;
+  }
   /* growth batching (requests under a granule: a run of them would map one
    * granule each): extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = s >= a->gran ? 0 : (a->held >> a->gshift) >> EXT_SHIFT;
@@ -324,12 +349,18 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
     /* The device is short. Growth ahead of the request and cached memory are
      * what can give: give back every other free mapped chunk, then map only
      * what the request needs. */
-    a->omax = a->ocfg; /* short: objects that can be given back granule by granule */
+    objects_default(a); /* short: objects that can be given back granule by granule */
     uint64_t freed = cm__arena_trim(a, UINT64_MAX, r, g0, g1);
     if (freed || hi > g1) {
       if (diag) cm_diag_clear(diag);
       rc = cm__arena_map_range(a, r, g0, g1, false, false, diag);
     }
   }
+  return rc;
+}
+
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
+  int rc = map_for(a, b, s, lazy, diag);
+  objects_default(a);
   return rc;
 }

@@ -16,11 +16,16 @@
  *
  * Physical objects (storage.h's contract, the CUDA driver's). Memory is
  * mapped as physical objects that are unmapped only whole: each run mapped is
- * cut into objects of at most `omax` granules (max_object_size; default one
- * granule, so any free granule can be given back: bench/results/objects.md
- * measures the trade-off against driver calls; CM_OBJECT_AUTO: whole runs,
- * grown to 20 MiB steps, while the device stays more than half free, single
- * granules beyond that), recorded per granule
+ * cut into objects of at most `omax` granules (max_object_size, a strict cap
+ * when given; bench/results/objects.md measures the trade-off against driver
+ * calls). The default is one granule, so any free granule can be given back,
+ * except that the granules of a block of whole granules on a granule
+ * boundary are one object while the device stays more than half free after
+ * the map (own_lo..own_hi; freed with the block, so it goes back whole, and
+ * one create + one map instead of one per granule). CM_OBJECT_AUTO: whole
+ * runs, grown to 20 MiB steps, while the device stays more than half free.
+ * Near the capacity, and when the device refuses memory, objects are the
+ * configured size (one granule for both). Objects are recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one
  * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
  * whose granules are all free.
@@ -806,6 +811,9 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     uint64_t om = a->oauto ? 1 : o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
     om = (om + g - 1) >> a->gshift;
     a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
+    a->owned = o->max_object_size == 0;
+    a->own_lo = 1;
+    a->own_hi = 0;
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;

@@ -358,13 +358,41 @@ static void vm_auto_objects(void) {
   cm_handle_release(c);
   cm_manager_destroy(m);
 
-  /* the same requests with one object per granule (the default) */
-  cm_manager_t *g = mk_arena(sim(256 * MiB, true, 0));
+  /* the same request with objects of one granule at most */
+  cm_pool_options_t o1 = arena();
+  o1.max_object_size = 2 * MiB;
+  cm_manager_t *g = mk(sim(256 * MiB, true, 0), &o1, 1);
   ASSERT(g != NULL);
   cm_handle_t x = res(g, 40 * MiB);
   EXPECT_EQ(stats(g).creates, 20);
   cm_handle_release(x);
   cm_manager_destroy(g);
+}
+
+/* The default object size: a block of whole granules on a granule boundary
+ * is one object while the device stays more than half free (it is freed with
+ * the block, so it can go back whole); everything else, and everything near
+ * the capacity, one object per granule. */
+static void vm_default_objects(void) {
+  cm_manager_t *m = mk_arena(sim(256 * MiB, true, 0)); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 40 * MiB); /* whole granules, room: one object */
+  EXPECT_EQ(stats(m).creates, 1);
+  cm_handle_t b = res(m, 3 * MiB); /* not whole granules: one object per granule */
+  EXPECT_EQ(stats(m).creates, 1 + 2);
+  cm_handle_t c = res(m, 100 * MiB); /* under half would stay free: per granule */
+  EXPECT_GE(stats(m).creates, 3 + 49);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  cm_handle_release(a);
+  uint64_t before = held(m);
+  cm_manager_cleanup(m, true); /* a's object is all free: it goes back whole */
+  EXPECT_EQ(held(m), before - 40 * MiB);
+  EXPECT_GE(stats(m).releases, 1);
+  CHECK_CLEAN(m);
+  cm_handle_release(b);
+  cm_handle_release(c);
+  cm_manager_destroy(m);
 }
 
 static void vm_periodic_trim(void) {
@@ -570,6 +598,7 @@ int main(void) {
   CM_RUN(vm_steady_loop_maps_once);
   CM_RUN(vm_growth_batches_maps);
   CM_RUN(vm_auto_objects);
+  CM_RUN(vm_default_objects);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);

@@ -174,33 +174,40 @@ static void vm_dry_run_after_eager(void) {
   cm_handle_release(c);
 }
 
-/* Segments (no VM): a dry run counts whole segments without allocating them. */
-/* CM_OBJECT_AUTO under a dry run: what it counted without mapping is taken
- * off the device's free memory, so it decides room, places and counts exactly
- * as an eager run of the same sequence. */
-static void vm_auto_dry_run_like_eager(void) {
+/* Object sizes that depend on the device's free memory (CM_OBJECT_AUTO, and
+ * the default's objects of whole granules) under a dry run: what it counted
+ * without mapping is taken off the device's free memory, so it decides room,
+ * places and counts exactly as an eager run of the same sequence. */
+static void room_dry_run_like_eager(uint64_t max_object_size) {
   enum { N = 48, OPS = 2000 };
   cm_pool_options_t o = arena();
-  o.max_object_size = CM_OBJECT_AUTO;
+  o.max_object_size = max_object_size;
+  cm_pool_options_t o1 = arena();
+  o1.max_object_size = 64 * KiB; /* the same sequence, one object per granule */
   cm_manager_t *eager = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
   cm_manager_t *dry = mk(sim(36 * MiB, true, 64 * KiB), &o, 1);
-  ASSERT(eager != NULL && dry != NULL);
+  cm_manager_t *single = mk(sim(36 * MiB, true, 64 * KiB), &o1, 1);
+  ASSERT(eager != NULL && dry != NULL && single != NULL);
   cm_manager_dry_run_begin(dry);
-  cm_handle_t ve[N], vd[N];
+  cm_handle_t ve[N], vd[N], vs[N];
   memset(ve, 0, sizeof ve);
   memset(vd, 0, sizeof vd);
+  memset(vs, 0, sizeof vs);
   rng_state = 4242;
   for (int i = 0; i < OPS; i++) {
     size_t k = (size_t)(rnd() % N);
     if (ve[k].d) {
       cm_handle_release(ve[k]);
       cm_handle_release(vd[k]);
-      ve[k].d = vd[k].d = NULL;
+      cm_handle_release(vs[k]);
+      ve[k].d = vd[k].d = vs[k].d = NULL;
       continue;
     }
     uint64_t size = rnd_size(4 * MiB);
+    if (i % 3 == 0) size = (size / (64 * KiB) + 1) * 64 * KiB; /* whole granules */
     ve[k] = res(eager, size);
     vd[k] = res(dry, size);
+    vs[k] = res(single, size);
     ASSERT(ve[k].d && vd[k].d);
     if (offset_of(eager, ve[k]) != offset_of(dry, vd[k]) || reserved(eager) != reserved(dry))
       cm_test_fail(__FILE__, __LINE__, "op %d: placed at %llu / %llu, reserved %llu / %llu", i,
@@ -208,9 +215,9 @@ static void vm_auto_dry_run_like_eager(void) {
                    (unsigned long long)offset_of(dry, vd[k]), (unsigned long long)reserved(eager),
                    (unsigned long long)reserved(dry));
   }
-  /* both regimes were met: some objects span several granules, and the
-   * device was more than half full */
-  EXPECT_LT(stats(eager).creates, stats(eager).bytes_held / (64 * KiB));
+  /* both regimes were met: some objects span several granules (fewer creates
+   * than with single granules), and the device was more than half full */
+  EXPECT_LT(stats(eager).creates, stats(single).creates);
   EXPECT_GT(report0(eager).bytes_reserved_peak, 18 * MiB);
   EXPECT_EQ(report0(dry).bytes_reserved_peak, report0(eager).bytes_reserved_peak);
   EXPECT_EQ(stats(dry).maps, 0);
@@ -220,12 +227,18 @@ static void vm_auto_dry_run_like_eager(void) {
     if (ve[k].d) {
       cm_handle_release(ve[k]);
       cm_handle_release(vd[k]);
+      cm_handle_release(vs[k]);
     }
   cm_manager_dry_run_end(dry);
   cm_manager_destroy(eager);
   cm_manager_destroy(dry);
+  cm_manager_destroy(single);
 }
 
+static void vm_auto_dry_run_like_eager(void) { room_dry_run_like_eager(CM_OBJECT_AUTO); }
+static void vm_default_dry_run_like_eager(void) { room_dry_run_like_eager(0); }
+
+/* Segments (no VM): a dry run counts whole segments without allocating them. */
 static void segments_dry_run(void) {
   plain *ctx;
   cm_manager_t *m = mk_arena(plain_storage(&ctx));
@@ -301,6 +314,7 @@ int main(void) {
   CM_RUN(vm_dry_run_counts_like_eager);
   CM_RUN(vm_dry_run_after_eager);
   CM_RUN(vm_auto_dry_run_like_eager);
+  CM_RUN(vm_default_dry_run_like_eager);
   CM_RUN(segments_dry_run);
   return cm_test_finish();
 }
