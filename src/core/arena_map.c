@@ -269,9 +269,8 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
   return add > free_b || pending > free_b - add;
 }
 
-
-/* CM_OBJECT_AUTO: would the device stay more than half free after mapping
- * `need` more granules? Counted the same way in a dry run (what it counted
+/* Would the device stay more than half free after mapping `need` more
+ * granules (CM_OBJECT_AUTO's and the default's larger objects)? Counted the same way in a dry run (what it counted
  * without mapping is taken off the storage's free memory) as in an eager run,
  * so both make the same objects. Unknown capacity: no. */
 static bool has_room(const arena *a, uint64_t need) {
@@ -289,7 +288,7 @@ static inline void objects_default(arena *a) {
   a->own_hi = 0;
 }
 
-/* Map what placing span s at the low end of free block b needs; `lazy`: count
+/* Map what placing span s in free block b (at place_off) needs; `lazy`: count
  * the granules as mapped without mapping them (dry run), with the very same
  * trimming and batching decisions, so a dry run places as an eager run does. */
 static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
