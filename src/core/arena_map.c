@@ -259,26 +259,36 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
 
 
 
+/* Does `add` more bytes fit the device's free memory, as the storage reports
+ * it less what dry runs counted without mapping (dry_bytes, every pool on
+ * this storage)? So an eager and a dry run of one sequence see the same
+ * figure. Returns false when the storage does not report its memory;
+ * otherwise *fits, and when it fits *left (free memory after `add`) and
+ * *total. */
+static bool device_fits(const arena *a, uint64_t add, bool *fits, uint64_t *left, uint64_t *total) {
+  uint64_t free_b = 0;
+  if (cm_storage_mem_info(a->st, &free_b, total) != CM_OK || *total == 0) return false;
+  uint64_t pending = a->st->dry_bytes;
+  *fits = pending <= free_b && add <= free_b - pending;
+  *left = *fits ? free_b - pending - add : 0;
+  return true;
+}
+
 /* Dry run: would virtually mapping (or counting) `add` more bytes exceed the
- * device's free memory, as the storage reports it (unknown: never)? Memory a
- * dry run counted but did not map is not in the storage's figure. */
+ * device's free memory (unknown: never)? */
 bool cm__arena_dry_short(const arena *a, uint64_t add) {
-  uint64_t free_b = 0, total = 0;
-  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
-  uint64_t pending = a->st->dry_bytes; /* of every pool on this storage */
-  return add > free_b || pending > free_b - add;
+  bool fits;
+  uint64_t left, total;
+  return device_fits(a, add, &fits, &left, &total) && !fits;
 }
 
 /* Would the device stay more than half free after mapping `need` more
- * granules (CM_OBJECT_AUTO's and the default's larger objects)? Counted the same way in a dry run (what it counted
- * without mapping is taken off the storage's free memory) as in an eager run,
- * so both make the same objects. Unknown capacity: no. */
+ * granules (CM_OBJECT_AUTO's and the default's larger objects)? Eager and dry
+ * runs decide alike, so both make the same objects. Unknown capacity: no. */
 static bool has_room(const arena *a, uint64_t need) {
-  uint64_t free_b = 0, total = 0;
-  if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return false;
-  uint64_t pending = a->st->dry_bytes, add = need << a->gshift;
-  if (pending > free_b || add > free_b - pending) return false;
-  return free_b - pending - add > total / 2;
+  bool fits;
+  uint64_t left, total;
+  return device_fits(a, need << a->gshift, &fits, &left, &total) && fits && left > total / 2;
 }
 
 /* Back to the configured object size after a placement's map. */
@@ -302,12 +312,12 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   /* physical objects while the device has room: CM_OBJECT_AUTO maps whole
    * runs; the default makes the granules the block covers whole one object
    * (freed with the block); else (and near the capacity) omax granules */
+  uint64_t need = unmapped_in(r, g0, g1); /* the trims below keep [g0, hi] */
   bool room = false;
   if (a->oauto) {
-    room = has_room(a, unmapped_in(r, g0, g1));
+    room = has_room(a, need);
     if (room) a->omax = UINT32_MAX;
-  } else if (a->owned && s >= a->gran && !((o | s) & (a->gran - 1)) &&
-             has_room(a, unmapped_in(r, g0, g1))) {
+  } else if (a->owned && s >= a->gran && !((o | s) & (a->gran - 1)) && has_room(a, need)) {
     a->own_lo = g0; /* a block of whole granules on a granule boundary */
     a->own_hi = g1;
   }
@@ -326,7 +336,6 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
   uint64_t budget = keep_budget(a);
   if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
-  uint64_t need = unmapped_in(r, g0, g1);
   if (over_cap(a, (need + hi - g1) << a->gshift)) {
     hi = g1;
     if (over_cap(a, need << a->gshift)) cm__arena_trim(a, UINT64_MAX, r, g0, g1);

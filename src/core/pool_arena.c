@@ -343,22 +343,29 @@ fail:
 
 /* ---- placement ---------------------------------------------------------------------- */
 
-/* Carve span s from the low end of free block b (in the bins). The used part
- * gets a (recycled) node; the free rest keeps b's node and its bin position
- * when its bin does not change. */
+/* Node n covers [off, off + span) of free block b's region (its links and
+ * free flag are the caller's). */
+static inline void node_cover(ablk *n, const ablk *b, uint64_t off, uint64_t span) {
+  n->s.storage_id = b->s.storage_id;
+  n->s.offset = off;
+  n->s.span = span;
+  n->region = b->region;
+  n->rg = b->rg;
+}
+
 static __attribute__((noinline)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off);
 
+/* Carve span s from the low end of free block b (in the bins), or at
+ * place_off's granule boundary (place_inside). The used part gets a
+ * (recycled) node; the free rest keeps b's node and its bin position when
+ * its bin does not change. */
 static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
   uint64_t off = place_off(a, b, s);
   if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
   region *r = b->rg;
   ablk *u = b->s.span > s ? node_get(a) : NULL;
   if (u) {
-    u->s.storage_id = b->s.storage_id;
-    u->s.offset = b->s.offset;
-    u->s.span = s;
-    u->region = b->region;
-    u->rg = b->rg;
+    node_cover(u, b, b->s.offset, s);
     u->free = 0;
     u->prev = b->prev;
     u->next = b;
@@ -397,22 +404,14 @@ static __attribute__((noinline)) ablk *place_inside(arena *a, ablk *b, uint64_t 
     return b;
   }
   ablk *after = b->next;
-  u->s.storage_id = b->s.storage_id;
-  u->s.offset = off;
-  u->s.span = s;
-  u->region = b->region;
-  u->rg = r;
+  node_cover(u, b, off, s);
   u->free = 0;
   u->prev = b;
   u->next = after;
   b->next = u;
   ablk *last = u;
   if (t) {
-    t->s.storage_id = b->s.storage_id;
-    t->s.offset = off + s;
-    t->s.span = end - off - s;
-    t->region = b->region;
-    t->rg = r;
+    node_cover(t, b, off + s, end - off - s);
     t->prev = u;
     t->next = after;
     u->next = t;
