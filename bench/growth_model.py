@@ -30,3 +30,40 @@ def model(path, f=0.0, gran=GRAN, align=ALIGN):
                 cur -= live.pop(row["Pointer"])
             peak_live = max(peak_live, cur)
     return (3 * events + 1) / max(allocs, 1), peak_held / max(peak_live, 1)
+
+
+def forced_calls(path, eps, gran=GRAN, align=ALIGN):
+    """Driver calls per allocation that ANY allocator must make if it never
+    holds more than (1 + eps) x the running peak of live bytes (rounded up to
+    a granule): an allocation that lifts live bytes above that bound for the
+    previous peak finds too little held memory, whatever was mapped before,
+    and costs a growth (three calls). A lower bound, not a model."""
+    live, cur, peak, forced, allocs = {}, 0, 0, 0, 0
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["Action"] == "allocate":
+                allocs += 1
+                n = -(-int(row["Size"]) // align) * align
+                live[row["Pointer"]] = n
+                cur += n
+                if cur > peak:
+                    if cur > -(-int(peak * (1 + eps)) // gran) * gran:
+                        forced += 1
+                    peak = cur
+            elif row["Action"] == "free" and row["Pointer"] in live:
+                cur -= live.pop(row["Pointer"])
+    return (3 * forced + 1) / max(allocs, 1)
+
+
+def eps_for(path, target=0.25, gran=GRAN, align=ALIGN):
+    """The smallest eps (to 1e-4) at which forced_calls drops to `target`."""
+    lo, hi = 0.0, 1.0
+    if forced_calls(path, lo, gran, align) <= target:
+        return 0.0
+    while hi - lo > 1e-4:
+        mid = (lo + hi) / 2
+        if forced_calls(path, mid, gran, align) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
