@@ -132,9 +132,10 @@ typedef struct cm_pool_options {
   bool has_reclaim_at;
   /* arena on a virtual-memory storage: the largest physical memory object
    * (one driver allocation, mapped and unmapped whole) in bytes, rounded up to
-   * the granularity, a strict cap (0 = the arena's default: one granule, and
-   * a block of whole granules as one object while the device stays more than
-   * half free), or CM_OBJECT_AUTO */
+   * the granularity, a strict cap (0 = the arena's default: one granule;
+   * while the device stays more than half free, a block of whole granules as
+   * one object and other runs in objects of up to 1/16384 of the device's
+   * memory), or CM_OBJECT_AUTO */
   uint64_t max_object_size;
 } cm_pool_options_t;
 

@@ -44,6 +44,12 @@
 #ifndef OBJECT_MAX_DEFAULT
 #define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
 #endif
+/* The default's objects, while the device stays more than half free, outside
+ * the blocks of whole granules (one object each): up to total >> 14 bytes,
+ * whole granules (2 granules on an 80 GiB device, 1 below 32 GiB), so one
+ * object partly in use keeps at most 1/16384 of the device from a trim
+ * (bench/results/objects.md). */
+#define OBJECT_ROOM_SHIFT 14
 #define SEG_MIN (2ull << 20)
 
 #define OUT(buf, cap, len, ...)                                                               \

@@ -19,10 +19,13 @@
  * cut into objects of at most `omax` granules (max_object_size, a strict cap
  * when given; bench/results/objects.md measures the trade-off against driver
  * calls). The default is one granule, so any free granule can be given back,
- * except that the granules of a block of whole granules on a granule
- * boundary are one object while the device stays more than half free after
- * the map (own_lo..own_hi; freed with the block, so it goes back whole, and
- * one create + one map instead of one per granule). CM_OBJECT_AUTO: whole
+ * except while the device stays more than half free after the map: then the
+ * granules of a block of whole granules on a granule boundary are one object
+ * (own_lo..own_hi; freed with the block, so it goes back whole, and one
+ * create + one map instead of one per granule), and other runs are cut into
+ * objects of up to total >> OBJECT_ROOM_SHIFT bytes (two granules on an
+ * 80 GiB device, one below 32 GiB, so what a partly used object keeps from a
+ * trim stays a sliver of the device). CM_OBJECT_AUTO: whole
  * runs, grown to 20 MiB steps, while the device stays more than half free.
  * Near the capacity, and when the device refuses memory, objects are the
  * configured size (one granule for both). Objects are recorded per granule

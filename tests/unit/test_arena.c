@@ -395,6 +395,40 @@ static void vm_default_objects(void) {
   cm_manager_destroy(m);
 }
 
+/* The default's other objects on a large device: outside blocks of whole
+ * granules, runs are cut into objects of up to total >> 14 bytes (two
+ * granules on 64 GiB) while the device stays more than half free. Such an
+ * object goes back only whole, once all its granules are free. */
+static void vm_default_objects_large_device(void) {
+  cm_manager_t *m = mk_arena(sim(64 * GiB, true, 0)); /* 2 MiB granules */
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 3 * MiB); /* granules 0-1: one object of two */
+  EXPECT_EQ(stats(m).creates, 1);
+  cm_handle_t b = res(m, 5 * MiB); /* [3, 8) MiB: granule 1 is mapped, 2-3 one object */
+  EXPECT_EQ(stats(m).creates, 2);
+  EXPECT_EQ(held(m), 8 * MiB);
+  cm_handle_release(a);
+  cm_manager_cleanup(m, true); /* granule 0 is free, its object is not */
+  EXPECT_EQ(held(m), 8 * MiB);
+  EXPECT_EQ(stats(m).releases, 0);
+  cm_handle_release(b);
+  cm_manager_cleanup(m, true); /* both objects are free: both go back */
+  EXPECT_EQ(held(m), 0);
+  EXPECT_EQ(stats(m).releases, 2);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  /* more than half of the device in use: one object per granule again */
+  cm_handle_t big = res(m, 40 * GiB);
+  uint64_t c0 = stats(m).creates;
+  cm_handle_t d = res(m, 3 * MiB);
+  EXPECT_EQ(stats(m).creates, c0 + 2);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  cm_handle_release(d);
+  cm_handle_release(big);
+  cm_manager_destroy(m);
+}
+
 static void vm_periodic_trim(void) {
   cm_pool_options_t o = arena();
   o.dealloc_period = 50;
@@ -599,6 +633,7 @@ int main(void) {
   CM_RUN(vm_growth_batches_maps);
   CM_RUN(vm_auto_objects);
   CM_RUN(vm_default_objects);
+  CM_RUN(vm_default_objects_large_device);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
