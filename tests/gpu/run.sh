@@ -8,7 +8,9 @@
 #                                    # driver (validates the script; no PyTorch)
 #
 # Results: $OUT when set (the device machine brings $OUT back), else
-# bench/results/. The report ($DIR/gpu-report.md) is written step by step, so
+# $CM_GPU_RESULTS_DIR, else bench/results/ on a GPU and a fresh temporary
+# folder with --fake (so a check of the script never touches the committed
+# results; the path is printed). The report ($DIR/gpu-report.md) is written step by step, so
 # a timeout still leaves what finished; every step's log is kept in
 # $DIR/gpu-logs/. Exit status 0 when every step that could run passed
 # (a missing PyTorch or CuPy is reported as skipped), 1 otherwise.
@@ -41,7 +43,14 @@ fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 PY=${PYTHON:-python3}
-DIR=${OUT:-${CM_GPU_RESULTS_DIR:-$ROOT/bench/results}}
+if [[ -n ${OUT:-} || -n ${CM_GPU_RESULTS_DIR:-} ]]; then
+  DIR=${OUT:-$CM_GPU_RESULTS_DIR}
+elif (( FAKE )); then
+  DIR=$(mktemp -d "${TMPDIR:-/tmp}/cubemem-gpu-fake.XXXXXX")
+  echo "tests/gpu/run.sh --fake: results in $DIR"
+else
+  DIR=$ROOT/bench/results
+fi
 REPORT=$DIR/gpu-report.md
 LOGS=$DIR/gpu-logs
 mkdir -p "$LOGS"
