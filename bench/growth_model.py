@@ -8,6 +8,7 @@ costs at least three driver calls (cuMemCreate, cuMemMap, cuMemSetAccess),
 plus one cuMemAddressReserve in all.
 """
 import csv
+import math
 
 GRAN, ALIGN = 2 << 20, 512
 
@@ -56,10 +57,15 @@ def forced_calls(path, eps, gran=GRAN, align=ALIGN):
 
 
 def eps_for(path, target=0.25, gran=GRAN, align=ALIGN):
-    """The smallest eps (to 1e-4) at which forced_calls drops to `target`."""
+    """The smallest eps (to 1e-4) at which forced_calls drops to `target`;
+    math.inf when even holding 1024 x the running peak does not."""
     lo, hi = 0.0, 1.0
     if forced_calls(path, lo, gran, align) <= target:
         return 0.0
+    while forced_calls(path, hi, gran, align) > target:
+        lo, hi = hi, hi * 2
+        if hi > 1024:
+            return math.inf
     while hi - lo > 1e-4:
         mid = (lo + hi) / 2
         if forced_calls(path, mid, gran, align) <= target:
