@@ -195,7 +195,10 @@ CM_API void cm_storage_event_destroy(cm_storage_t *s, void *event);
 
 /* Host storage: real, zero-filled, `alignment`-aligned host memory (alignment
  * a power of two >= 1; 0 means 64). Deallocation is immediate. Supports VM
- * (granule 64 KiB) with real memory. Under AddressSanitizer the bytes of free
+ * (granule 64 KiB) with real memory, under the contract above exactly as the
+ * simulated device enforces it (a violating call fails with CM_EINVAL,
+ * changes nothing, and the wrapper counts it in stats.violations). Under
+ * AddressSanitizer the bytes of free
  * and cached slices are poisoned by the manager. Errors: CM_EINVAL, CM_ENOMEM. */
 CM_API CM_NODISCARD int cm_storage_host_create(uint64_t alignment, cm_storage_t **out);
 

@@ -3,7 +3,11 @@
  *
  * Deallocation is immediate. Virtual memory is supported with mmap: a range is
  * reserved PROT_NONE and granules (64 KiB) are made readable/writable by
- * vm_map and discarded by vm_unmap (madvise + PROT_NONE).
+ * vm_map and discarded by vm_unmap (madvise + PROT_NONE). The calls follow
+ * storage.h's contract, the driver's, as strictly as the simulated device
+ * does (vmtrack.h, shared with it): overlapping maps, partial unmaps and
+ * releases of ranges that still have mappings are refused with CM_EINVAL
+ * and change nothing.
  * Exports: cm_storage_host_create.
  */
 #include <stdlib.h>
@@ -13,6 +17,7 @@
 #include "base/util.h"
 #include "storage/idtable.h"
 #include "storage/storage_internal.h"
+#include "storage/vmtrack.h"
 
 #define HOST_GRANULE (64u << 10)
 
@@ -83,7 +88,11 @@ static void host_release(void *ctx) {
      * write size/8 bytes of shadow memory). */
     if (e->live == 1 && e->mem) CM__UNPOISON(e->mem, e->size);
     if (e->live == 1) free(e->mem);
-    if (e->live == 2) munmap(e->mem, (size_t)e->size);
+    if (e->live == 2) {
+      munmap(e->mem, (size_t)e->size);
+      cm__vmtrack_free(e->aux);
+      free(e->aux);
+    }
   }
   free(c->ids.v);
   free(c);
@@ -97,66 +106,92 @@ static uint64_t host_granularity(void *ctx) {
 static int host_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
   host_ctx *c = ctx;
   if (size == 0 || size % HOST_GRANULE || size > (uint64_t)SIZE_MAX / 2)
-    return cm__diag_set(diag, CM_EINVAL, "host vm_reserve: size must be a non-zero granule multiple");
+    return cm__diag_set(diag, CM_EINVAL,
+                        "host storage refused the call: cannot reserve %llu bytes: a reservation "
+                        "is a non-zero multiple of the granularity (%u bytes)",
+                        (unsigned long long)size, HOST_GRANULE);
+  cm__vmtrack *t = malloc(sizeof *t);
+  if (!t) return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
   void *mem = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED)
+  if (mem == MAP_FAILED) {
+    free(t);
     return cm__diag_set(diag, CM_EOOM, "host vm_reserve: cannot reserve %llu bytes",
                         (unsigned long long)size);
+  }
   uint64_t id = cm__id_new(&c->ids);
   if (!id) {
     munmap(mem, (size_t)size);
+    free(t);
     return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
   }
+  cm__vmtrack_init(t, size, (unsigned)__builtin_ctz(HOST_GRANULE));
   cm__id_entry *e = &c->ids.v[id];
   e->addr = (uint64_t)(uintptr_t)mem;
   e->size = size;
   e->mem = mem;
+  e->aux = t;
   e->live = 2;
   *out_id = id;
   return CM_OK;
 }
 
-/* Mappings are not tracked one by one here (the simulated device and the
- * CUDA storage enforce the contract); ranges and sizes are checked. */
+static cm__id_entry *host_range(host_ctx *c, uint64_t id, const char *what, cm_diag_t *diag) {
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e || e->live != 2)
+    cm__diag_set(diag, CM_EHANDLE,
+                 "host storage refused the call: %s StorageId(%llu), which is not a reservation",
+                 what, (unsigned long long)id);
+  return e && e->live == 2 ? e : NULL;
+}
+
 static int host_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                        cm_diag_t *diag) {
   host_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2)
-    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
-                        (unsigned long long)id);
-  if (off > e->size || size > e->size - off || off % HOST_GRANULE || size == 0 || piece == 0 ||
-      piece % HOST_GRANULE || size % piece)
-    return cm__diag_set(diag, CM_EINVAL, "host vm_map: bad range");
-  if (mprotect((char *)e->mem + off, (size_t)size, PROT_READ | PROT_WRITE) != 0)
+  cm__id_entry *e = host_range(c, id, "map into", diag);
+  if (!e) return CM_EHANDLE;
+  char why[160];
+  if (cm__vmtrack_check_map(e->aux, off, size, piece, why, sizeof why) != CM_OK)
+    return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
+  char *p = (char *)e->mem + off;
+  if (mprotect(p, (size_t)size, PROT_READ | PROT_WRITE) != 0)
     return cm__diag_set(diag, CM_EOOM, "host vm_map: mprotect failed");
+  if (cm__vmtrack_commit_map(e->aux, off, size, piece, NULL) != CM_OK) {
+    (void)mprotect(p, (size_t)size, PROT_NONE); /* nothing this call made stays mapped */
+    return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
+  }
   return CM_OK;
 }
 
 static int host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                          cm_diag_t *diag) {
   host_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2)
-    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
-                        (unsigned long long)id);
-  if (off > e->size || size > e->size - off || off % HOST_GRANULE || size == 0 || piece == 0 ||
-      size % piece)
-    return cm__diag_set(diag, CM_EINVAL, "host vm_unmap: bad range");
+  cm__id_entry *e = host_range(c, id, "unmap in", diag);
+  if (!e) return CM_EHANDLE;
+  char why[200];
+  if (cm__vmtrack_check_unmap(e->aux, off, size, piece, why, sizeof why) != CM_OK)
+    return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
   CM__UNPOISON((char *)e->mem + off, size);
   if (madvise((char *)e->mem + off, (size_t)size, MADV_DONTNEED) != 0 ||
       mprotect((char *)e->mem + off, (size_t)size, PROT_NONE) != 0)
     return cm__diag_set(diag, CM_ESTORAGE, "host vm_unmap: madvise/mprotect failed");
+  (void)cm__vmtrack_commit_unmap(e->aux, off, size, piece);
   return CM_OK;
 }
 
 static int host_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   host_ctx *c = ctx;
-  cm__id_entry *e = cm__id_get(&c->ids, id);
-  if (!e || e->live != 2)
-    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%llu) is not a reservation in the host storage",
-                        (unsigned long long)id);
+  cm__id_entry *e = host_range(c, id, "free of address range", diag);
+  if (!e) return CM_EHANDLE;
+  cm__vmtrack *t = e->aux;
+  if (t->nmaps)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "host storage refused the call: cannot free the address range "
+                        "StorageId(%llu): %llu mappings remain in it",
+                        (unsigned long long)id, (unsigned long long)t->nmaps);
   munmap(e->mem, (size_t)e->size); /* its mapped granules were unmapped (and unpoisoned) */
+  cm__vmtrack_free(t);
+  free(t);
+  e->aux = NULL;
   e->live = 0;
   return CM_OK;
 }

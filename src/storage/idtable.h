@@ -10,6 +10,7 @@ typedef struct cm__id_entry {
   uint64_t addr; /* first byte (device address or host pointer value) */
   uint64_t size; /* bytes */
   void *mem;     /* host storage: the block to free; sim: NULL */
+  void *aux;     /* host storage, VM ranges: their mappings (a cm__vmtrack) */
   uint8_t live;  /* 1 allocation, 2 VM range, 0 free */
 } cm__id_entry;
 
@@ -29,7 +30,7 @@ static inline uint64_t cm__id_new(cm__id_table *t) {
     t->cap = nc;
   }
   uint64_t id = t->len++;
-  t->v[id] = (cm__id_entry){0, 0, NULL, 0};
+  t->v[id] = (cm__id_entry){0, 0, NULL, NULL, 0};
   return id;
 }
 static inline cm__id_entry *cm__id_get(cm__id_table *t, uint64_t id) {

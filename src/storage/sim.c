@@ -19,10 +19,8 @@
  * (cm_storage_sim_state), as is a dealloc of an id that is not a live
  * allocation. So what passes here passes on the driver.
  *
- * Mappings of a reservation are kept per granule, up to the highest granule
- * ever mapped (so the bookkeeping is proportional to what was mapped, not to
- * the address space reserved): a bitmap of mapped granules and, for the first
- * granule of each mapping, its length in granules.
+ * Mappings of a reservation and the contract's checks are vmtrack.h's,
+ * shared with the host storage.
  * Exports: cm_storage_sim_create, cm_storage_sim_state.
  */
 #include <inttypes.h>
@@ -33,17 +31,14 @@
 
 #include "base/util.h"
 #include "storage/storage_internal.h"
+#include "storage/vmtrack.h"
 
 enum { E_FREE = 0, E_ALLOC = 1, E_RANGE = 2 };
 
 typedef struct sim_entry {
   uint64_t addr, size;
   uint8_t kind;
-  /* reservations */
-  uint64_t ngran;   /* granules covered by the arrays below */
-  uint64_t *mapped; /* bit per granule */
-  uint32_t *start;  /* length in granules of the mapping starting here, else 0 */
-  uint64_t nmaps;   /* mappings in the range */
+  cm__vmtrack vm; /* reservations: their mappings */
 } sim_entry;
 
 typedef struct sim_ctx {
@@ -157,10 +152,7 @@ static int sim_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_re
 
 static void sim_release(void *ctx) {
   sim_ctx *c = ctx;
-  for (uint64_t i = 1; i < c->len; i++) {
-    free(c->v[i].mapped);
-    free(c->v[i].start);
-  }
+  for (uint64_t i = 1; i < c->len; i++) cm__vmtrack_free(&c->v[i].vm);
   free(c->v);
   free(c);
 }
@@ -175,98 +167,45 @@ static int sim_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t 
                      "the granularity (%" PRIu64 " bytes)",
                      size, c->granularity);
   int rc = sim_new_range(c, size, c->granularity, E_RANGE, out_id, diag);
-  if (rc == CM_OK) c->reservations++;
+  if (rc == CM_OK) {
+    cm__vmtrack_init(&c->v[*out_id].vm, size, c->gshift);
+    c->reservations++;
+  }
   return rc;
-}
-
-static bool bit(const uint64_t *bm, uint64_t i) { return (bm[i / 64] >> (i % 64)) & 1; }
-
-/* Grow the per-granule arrays of e to cover granules below `n`. */
-static int grow(sim_entry *e, uint64_t n) {
-  if (n <= e->ngran) return CM_OK;
-  uint64_t nn = e->ngran ? e->ngran : 64;
-  while (nn < n) nn *= 2;
-  uint64_t *nm = realloc(e->mapped, ((nn + 63) / 64) * sizeof *nm);
-  if (!nm) return CM_ENOMEM;
-  e->mapped = nm;
-  uint32_t *ns = realloc(e->start, nn * sizeof *ns);
-  if (!ns) return CM_ENOMEM;
-  e->start = ns;
-  memset(nm + (e->ngran + 63) / 64, 0, ((nn + 63) / 64 - (e->ngran + 63) / 64) * sizeof *nm);
-  memset(ns + e->ngran, 0, (nn - e->ngran) * sizeof *ns);
-  e->ngran = nn;
-  return CM_OK;
 }
 
 static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                       cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  uint64_t G = c->granularity;
   sim_entry *e = entry(c, id, E_RANGE);
   if (!e)
     return violation(c, diag, CM_EHANDLE, "map into StorageId(%" PRIu64 "), which is not a reservation",
                      id);
-  if (piece == 0 || piece % G || piece >> c->gshift > UINT32_MAX)
-    return violation(c, diag, CM_EINVAL,
-                     "a physical object of %" PRIu64 " bytes is not a multiple of the granularity (%" PRIu64
-                     " bytes)",
-                     piece, G);
-  if (size == 0 || size % piece || off % G)
-    return violation(c, diag, CM_EINVAL,
-                     "cannot map [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64
-                     " bytes: the offset must be granular and the size a multiple of the object size",
-                     off, size, piece);
-  if (off > e->size || size > e->size - off)
-    return violation(c, diag, CM_EINVAL,
-                     "cannot map [%" PRIu64 ", +%" PRIu64 ") outside a reservation of %" PRIu64 " bytes",
-                     off, size, e->size);
-  uint64_t g0 = off >> c->gshift, n = size >> c->gshift;
-  for (uint64_t g = g0; g < g0 + n && g < e->ngran; g++)
-    if (bit(e->mapped, g))
-      return violation(c, diag, CM_EINVAL,
-                       "cannot map [%" PRIu64 ", +%" PRIu64 "): granule at offset %" PRIu64
-                       " is mapped already",
-                       off, size, g << c->gshift);
-  if (grow(e, g0 + n) != CM_OK) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+  char why[160];
+  if (cm__vmtrack_check_map(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "%s", why);
   int rc = sim_take(c, size, diag);
   if (rc) return rc;
-  uint32_t pg = (uint32_t)(piece >> c->gshift);
-  for (uint64_t g = g0; g < g0 + n; g++) {
-    e->mapped[g / 64] |= 1ull << (g % 64);
-    e->start[g] = (g - g0) % pg == 0 ? pg : 0;
+  uint64_t objects = 0;
+  if (cm__vmtrack_commit_map(&e->vm, off, size, piece, &objects) != CM_OK) {
+    c->used -= size;
+    return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
   }
-  e->nmaps += n / pg;
-  c->mappings += n / pg;
+  c->mappings += objects;
   return CM_OK;
 }
 
 static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                         cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  uint64_t G = c->granularity;
   sim_entry *e = entry(c, id, E_RANGE);
   if (!e)
     return violation(c, diag, CM_EHANDLE,
                      "unmap in StorageId(%" PRIu64 "), which is not a reservation", id);
-  if (piece == 0 || piece % G || size == 0 || size % piece || off % G || off > e->size ||
-      size > e->size - off)
-    return violation(c, diag, CM_EINVAL,
-                     "cannot unmap [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64 " bytes", off,
-                     size, piece);
-  uint64_t g0 = off >> c->gshift, n = size >> c->gshift, pg = piece >> c->gshift;
-  for (uint64_t g = g0; g < g0 + n; g += pg)
-    if (g >= e->ngran || e->start[g] != pg || !bit(e->mapped, g))
-      return violation(c, diag, CM_EINVAL,
-                       "cannot unmap [%" PRIu64 ", +%" PRIu64 "): offset %" PRIu64
-                       " is not the start of a mapping of %" PRIu64
-                       " bytes (a mapping is unmapped whole, never in part)",
-                       off, size, g << c->gshift, piece);
-  for (uint64_t g = g0; g < g0 + n; g++) {
-    e->mapped[g / 64] &= ~(1ull << (g % 64));
-    e->start[g] = 0;
-  }
-  e->nmaps -= n / pg;
-  c->mappings -= n / pg;
+  char why[160];
+  if (cm__vmtrack_check_unmap(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "%s", why);
+  c->mappings -= cm__vmtrack_commit_unmap(&e->vm, off, size, piece);
   c->used -= size;
   return CM_OK;
 }
@@ -277,16 +216,12 @@ static int sim_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   if (!e)
     return violation(c, diag, CM_EHANDLE, "free of address range StorageId(%" PRIu64
                      "), which is not a reservation", id);
-  if (e->nmaps)
+  if (e->vm.nmaps)
     return violation(c, diag, CM_EINVAL,
                      "cannot free the address range StorageId(%" PRIu64 "): %" PRIu64
                      " mappings remain in it",
-                     id, e->nmaps);
-  free(e->mapped);
-  free(e->start);
-  e->mapped = NULL;
-  e->start = NULL;
-  e->ngran = 0;
+                     id, e->vm.nmaps);
+  cm__vmtrack_free(&e->vm);
   e->kind = E_FREE;
   c->reservations--;
   return CM_OK;

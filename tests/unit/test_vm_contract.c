@@ -6,6 +6,7 @@
  * the device's limit, and cm_replay_fit.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cm_scenario.h"
 #include "cm_test.h"
@@ -81,6 +82,60 @@ static void sim_refuses_what_the_driver_refuses(void) {
   cm_storage_dealloc(s, 4242, 1); /* a free of an unknown id is a violation too */
   EXPECT_EQ(state(s).violations, 11);
   EXPECT_STATUS(cm_storage_sim_state(NULL, &st), CM_EINVAL);
+  cm_storage_destroy(s);
+}
+
+/* The host storage (real memory) refuses the same calls, changes nothing on
+ * a refused call, and its mapped granules are real, writable memory. */
+static void host_refuses_what_the_driver_refuses(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_host_create(0, &s));
+  const uint64_t H = cm__storage_vm_granularity(s); /* 64 KiB */
+  ASSERT(H == 64 * 1024);
+  uint64_t id = 0;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_reserve(s, H + 512, &id, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "multiple of the granularity");
+  ASSERT_OK(cm__storage_vm_reserve(s, 8 * H, &id, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, id, 0, 2 * H, H, NULL));
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_map(s, id, H, 2 * H, H, &d), CM_EINVAL); /* overlaps */
+  EXPECT_CONTAINS(d.message, "mapped already");
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 7 * H, 2 * H, H, NULL), CM_EINVAL);     /* past the end */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, H / 2, H, H, NULL), CM_EINVAL);         /* offset */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * H, 3 * H, 2 * H, NULL), CM_EINVAL); /* pieces */
+  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * H, H, H / 2, NULL), CM_EINVAL);     /* sub-granule */
+  EXPECT_STATUS(cm__storage_vm_map(s, 999, 0, H, H, NULL), CM_EHANDLE);
+  ASSERT_OK(cm__storage_vm_map(s, id, 4 * H, 2 * H, 2 * H, NULL)); /* one object of two */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 4 * H, H, H, &d), CM_EINVAL); /* half a mapping */
+  EXPECT_CONTAINS(d.message, "unmapped whole");
+  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 0, 3 * H, H, NULL), CM_EINVAL); /* runs past */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_release(s, id, 8 * H, &d), CM_EINVAL); /* still mapped */
+  EXPECT_CONTAINS(d.message, "mappings remain");
+  cm_storage_stats_t ss;
+  cm_storage_stats(s, &ss);
+  EXPECT_EQ(ss.violations, 10);
+  EXPECT_EQ(ss.creates, 3);
+  /* nothing refused changed anything: the mapped memory is still there, and
+   * what was refused is still unmapped (a map of it now succeeds) */
+  cm_resource_t r;
+  ASSERT_OK(cm_storage_get(s, id, 0, 8 * H, &r, NULL));
+  ASSERT(r.host != NULL);
+  memset(r.host, 0xab, (size_t)(2 * H));
+  memset((char *)r.host + 4 * H, 0xcd, (size_t)(2 * H));
+  EXPECT_EQ(((unsigned char *)r.host)[2 * H - 1], 0xab);
+  ASSERT_OK(cm__storage_vm_map(s, id, 2 * H, 2 * H, H, NULL));
+  memset((char *)r.host + 2 * H, 0xef, (size_t)(2 * H));
+  ASSERT_OK(cm__storage_vm_unmap(s, id, 0, 4 * H, H, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(s, id, 4 * H, 2 * H, 2 * H, NULL));
+  ASSERT_OK(cm__storage_vm_release(s, id, 8 * H, NULL));
+  cm_storage_stats(s, &ss);
+  EXPECT_EQ(ss.violations, 10);
+  EXPECT_EQ(ss.unmap_calls, 5);
+  EXPECT_EQ(ss.address_frees, 1);
   cm_storage_destroy(s);
 }
 
@@ -352,6 +407,7 @@ static void larger_than_the_device_fails_fast(void) {
 
 int main(void) {
   CM_RUN(sim_refuses_what_the_driver_refuses);
+  CM_RUN(host_refuses_what_the_driver_refuses);
   CM_RUN(replays_follow_the_rules);
   CM_RUN(shared_traces_follow_the_rules);
   CM_RUN(oom_means_out_of_memory);
