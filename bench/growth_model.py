@@ -8,28 +8,46 @@ costs at least three driver calls (cuMemCreate, cuMemMap, cuMemSetAccess),
 plus one cuMemAddressReserve in all.
 """
 import csv
+import functools
 import math
 
 GRAN, ALIGN = 2 << 20, 512
 
 
-def model(path, f=0.0, gran=GRAN, align=ALIGN):
-    """(driver calls per allocation, peak held / peak live) for trace `path`."""
-    live, cur, held, peak_held, peak_live, events, allocs = {}, 0, 0, 0, 0, 0, 0
+@functools.lru_cache(maxsize=64)
+def live_curve(path, align=ALIGN):
+    """Live bytes after each event of trace `path` (requests rounded up to
+    `align`), as (is_allocation, live) pairs; frees of unknown pointers are
+    left out. Cached: the model and the bound read each trace once."""
+    live, cur, out = {}, 0, []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             if row["Action"] == "allocate":
-                allocs += 1
                 n = -(-int(row["Size"]) // align) * align
                 live[row["Pointer"]] = n
                 cur += n
-                if cur > held:
-                    events += 1
-                    held = -(-int(cur * (1 + f)) // gran) * gran
-                peak_held = max(peak_held, held)
+                out.append((True, cur))
             elif row["Action"] == "free" and row["Pointer"] in live:
                 cur -= live.pop(row["Pointer"])
-            peak_live = max(peak_live, cur)
+                out.append((False, cur))
+    return tuple(out)
+
+
+def _granules(nbytes, gran):
+    return -(-int(nbytes) // gran) * gran
+
+
+def model(path, f=0.0, gran=GRAN, align=ALIGN):
+    """(driver calls per allocation, peak held / peak live) for trace `path`."""
+    held = peak_held = peak_live = events = allocs = 0
+    for is_alloc, cur in live_curve(path, align):
+        if is_alloc:
+            allocs += 1
+            if cur > held:
+                events += 1
+                held = _granules(cur * (1 + f), gran)
+            peak_held = max(peak_held, held)
+        peak_live = max(peak_live, cur)
     return (3 * events + 1) / max(allocs, 1), peak_held / max(peak_live, 1)
 
 
@@ -39,20 +57,15 @@ def forced_calls(path, eps, gran=GRAN, align=ALIGN):
     a granule): an allocation that lifts live bytes above that bound for the
     previous peak finds too little held memory, whatever was mapped before,
     and costs a growth (three calls). A lower bound, not a model."""
-    live, cur, peak, forced, allocs = {}, 0, 0, 0, 0
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["Action"] == "allocate":
-                allocs += 1
-                n = -(-int(row["Size"]) // align) * align
-                live[row["Pointer"]] = n
-                cur += n
-                if cur > peak:
-                    if cur > -(-int(peak * (1 + eps)) // gran) * gran:
-                        forced += 1
-                    peak = cur
-            elif row["Action"] == "free" and row["Pointer"] in live:
-                cur -= live.pop(row["Pointer"])
+    peak = forced = allocs = 0
+    for is_alloc, cur in live_curve(path, align):
+        if not is_alloc:
+            continue
+        allocs += 1
+        if cur > peak:
+            if cur > _granules(peak * (1 + eps), gran):
+                forced += 1
+            peak = cur
     return (3 * forced + 1) / max(allocs, 1)
 
 

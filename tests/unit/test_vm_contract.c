@@ -25,32 +25,42 @@ static cm_sim_state_t state(cm_storage_t *s) {
   return st;
 }
 
+/* The refusals every storage with the driver's rules makes, on storage s of
+ * granule g: ten refused calls (each must change nothing), around three
+ * objects mapped in reservation *id of 8 granules: [0, 2g) as two objects of
+ * one granule and [4g, 6g) as one object of two. */
+static void refusals(cm_storage_t *s, uint64_t g, uint64_t *id) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_reserve(s, g + 512, id, &d), CM_EINVAL); /* not granular */
+  EXPECT_CONTAINS(d.message, "multiple of the granularity");
+  ASSERT_OK(cm__storage_vm_reserve(s, 8 * g, id, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, *id, 0, 2 * g, g, NULL)); /* two objects of one granule */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_map(s, *id, g, 2 * g, g, &d), CM_EINVAL); /* overlaps */
+  EXPECT_CONTAINS(d.message, "mapped already");
+  EXPECT_STATUS(cm__storage_vm_map(s, *id, 7 * g, 2 * g, g, NULL), CM_EINVAL);     /* past the end */
+  EXPECT_STATUS(cm__storage_vm_map(s, *id, g / 2, g, g, NULL), CM_EINVAL);         /* offset */
+  EXPECT_STATUS(cm__storage_vm_map(s, *id, 4 * g, 3 * g, 2 * g, NULL), CM_EINVAL); /* pieces */
+  EXPECT_STATUS(cm__storage_vm_map(s, *id, 4 * g, g, g / 2, NULL), CM_EINVAL);     /* sub-granule */
+  EXPECT_STATUS(cm__storage_vm_map(s, 999, 0, g, g, NULL), CM_EHANDLE);
+  ASSERT_OK(cm__storage_vm_map(s, *id, 4 * g, 2 * g, 2 * g, NULL)); /* one object of two */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, *id, 4 * g, g, g, &d), CM_EINVAL); /* half a mapping */
+  EXPECT_CONTAINS(d.message, "unmapped whole");
+  EXPECT_STATUS(cm__storage_vm_unmap(s, *id, 0, 3 * g, g, NULL), CM_EINVAL); /* runs past */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_release(s, *id, 8 * g, &d), CM_EINVAL); /* still mapped */
+  EXPECT_CONTAINS(d.message, "mappings remain");
+}
+
 /* Every rule of storage.h's contract is enforced, counted, and changes nothing. */
 static void sim_refuses_what_the_driver_refuses(void) {
   cm_storage_t *s = NULL;
   ASSERT_OK(cm_storage_sim_create(64 * MiB, true, 0, &s));
   uint64_t id = 0, other = 0;
   cm_diag_t d;
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_reserve(s, G + 512, &id, &d), CM_EINVAL); /* not granular */
-  EXPECT_CONTAINS(d.message, "multiple of the granularity");
-  ASSERT_OK(cm__storage_vm_reserve(s, 8 * G, &id, NULL));
-  ASSERT_OK(cm__storage_vm_map(s, id, 0, 2 * G, G, NULL)); /* two objects of one granule */
-  EXPECT_EQ(state(s).mappings, 2);
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_map(s, id, G, 2 * G, G, &d), CM_EINVAL); /* overlaps */
-  EXPECT_CONTAINS(d.message, "mapped already");
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 7 * G, 2 * G, G, NULL), CM_EINVAL); /* past the end */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, G / 2, G, G, NULL), CM_EINVAL);    /* offset */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * G, 3 * G, 2 * G, NULL), CM_EINVAL); /* pieces */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * G, G, G / 2, NULL), CM_EINVAL); /* sub-granule */
-  EXPECT_STATUS(cm__storage_vm_map(s, 999, 0, G, G, NULL), CM_EHANDLE);
-  ASSERT_OK(cm__storage_vm_map(s, id, 4 * G, 2 * G, 2 * G, NULL)); /* one object of two */
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 4 * G, G, G, &d), CM_EINVAL); /* half a mapping */
-  EXPECT_CONTAINS(d.message, "unmapped whole");
-  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 0, 3 * G, G, NULL), CM_EINVAL); /* runs past */
-  EXPECT_STATUS(cm__storage_vm_release(s, id, 8 * G, NULL), CM_EINVAL);    /* still mapped */
+  refusals(s, G, &id);
   cm_sim_state_t st = state(s);
   EXPECT_EQ(st.violations, 10);
   EXPECT_EQ(st.mappings, 3);
@@ -93,28 +103,7 @@ static void host_refuses_what_the_driver_refuses(void) {
   const uint64_t H = cm__storage_vm_granularity(s); /* 64 KiB */
   ASSERT(H == 64 * 1024);
   uint64_t id = 0;
-  cm_diag_t d;
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_reserve(s, H + 512, &id, &d), CM_EINVAL);
-  EXPECT_CONTAINS(d.message, "multiple of the granularity");
-  ASSERT_OK(cm__storage_vm_reserve(s, 8 * H, &id, NULL));
-  ASSERT_OK(cm__storage_vm_map(s, id, 0, 2 * H, H, NULL));
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_map(s, id, H, 2 * H, H, &d), CM_EINVAL); /* overlaps */
-  EXPECT_CONTAINS(d.message, "mapped already");
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 7 * H, 2 * H, H, NULL), CM_EINVAL);     /* past the end */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, H / 2, H, H, NULL), CM_EINVAL);         /* offset */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * H, 3 * H, 2 * H, NULL), CM_EINVAL); /* pieces */
-  EXPECT_STATUS(cm__storage_vm_map(s, id, 4 * H, H, H / 2, NULL), CM_EINVAL);     /* sub-granule */
-  EXPECT_STATUS(cm__storage_vm_map(s, 999, 0, H, H, NULL), CM_EHANDLE);
-  ASSERT_OK(cm__storage_vm_map(s, id, 4 * H, 2 * H, 2 * H, NULL)); /* one object of two */
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 4 * H, H, H, &d), CM_EINVAL); /* half a mapping */
-  EXPECT_CONTAINS(d.message, "unmapped whole");
-  EXPECT_STATUS(cm__storage_vm_unmap(s, id, 0, 3 * H, H, NULL), CM_EINVAL); /* runs past */
-  cm_diag_clear(&d);
-  EXPECT_STATUS(cm__storage_vm_release(s, id, 8 * H, &d), CM_EINVAL); /* still mapped */
-  EXPECT_CONTAINS(d.message, "mappings remain");
+  refusals(s, H, &id);
   cm_storage_stats_t ss;
   cm_storage_stats(s, &ss);
   EXPECT_EQ(ss.violations, 10);
