@@ -284,12 +284,11 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
 
 /* Would the device stay more than half free after mapping `need` more
  * granules (CM_OBJECT_AUTO's and the default's larger objects)? Eager and dry
- * runs decide alike, so both make the same objects. Unknown capacity: no.
- * *total: the device's memory (set when the answer is yes). */
-static bool has_room(const arena *a, uint64_t need, uint64_t *total) {
+ * runs decide alike, so both make the same objects. Unknown capacity: no. */
+static bool has_room(const arena *a, uint64_t need) {
   bool fits;
-  uint64_t left;
-  return device_fits(a, need << a->gshift, &fits, &left, total) && fits && left > *total / 2;
+  uint64_t left, total;
+  return device_fits(a, need << a->gshift, &fits, &left, &total) && fits && left > total / 2;
 }
 
 /* Back to the configured object size after a placement's map. */
@@ -316,17 +315,19 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
    * total >> OBJECT_ROOM_SHIFT bytes; else (and near the capacity) omax
    * granules */
   uint64_t need = unmapped_in(r, g0, g1); /* the trims below keep [g0, hi] */
-  uint64_t total = 0;
   bool room = false;
   if (a->oauto) {
-    room = has_room(a, need, &total);
+    room = has_room(a, need);
     if (room) a->omax = UINT32_MAX;
-  } else if (a->owned && has_room(a, need, &total)) {
-    uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;
-    if (n > a->omax) a->omax = n < UINT32_MAX ? n : UINT32_MAX;
-    if (s >= a->gran && !((o | s) & (a->gran - 1))) {
-      a->own_lo = g0; /* a block of whole granules on a granule boundary */
-      a->own_hi = g1;
+  } else if (a->owned) {
+    bool whole = s >= a->gran && !((o | s) & (a->gran - 1)); /* on a granule boundary */
+    /* the device's free memory is asked only when the answer can change the objects */
+    if ((whole || a->room_omax > a->omax) && has_room(a, need)) {
+      if (a->room_omax > a->omax) a->omax = a->room_omax;
+      if (whole) {
+        a->own_lo = g0; /* a block of whole granules: one object */
+        a->own_hi = g1;
+      }
     }
   }
   /* growth batching (requests under a granule: a run of them would map one

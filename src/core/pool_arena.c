@@ -814,6 +814,11 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     om = (om + g - 1) >> a->gshift;
     a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
     a->owned = o->max_object_size == 0;
+    uint64_t free_b = 0, total = 0;
+    if (a->owned && cm_storage_mem_info(a->st, &free_b, &total) == CM_OK) {
+      uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;
+      a->room_omax = n < UINT32_MAX ? n : UINT32_MAX;
+    }
     a->own_lo = 1;
     a->own_hi = 0;
   }
