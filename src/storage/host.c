@@ -19,7 +19,8 @@
 #include "storage/storage_internal.h"
 #include "storage/vmtrack.h"
 
-#define HOST_GRANULE (64u << 10)
+#define HOST_GSHIFT 16u
+#define HOST_GRANULE (1u << HOST_GSHIFT) /* 64 KiB */
 
 typedef struct host_ctx {
   cm__id_table ids;
@@ -105,11 +106,14 @@ static uint64_t host_granularity(void *ctx) {
 
 static int host_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
   host_ctx *c = ctx;
-  if (size == 0 || size % HOST_GRANULE || size > (uint64_t)SIZE_MAX / 2)
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_reserve(size, HOST_GSHIFT, why, sizeof why) != CM_OK)
+    return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
+  if (size > (uint64_t)SIZE_MAX / 2)
     return cm__diag_set(diag, CM_EINVAL,
-                        "host storage refused the call: cannot reserve %llu bytes: a reservation "
-                        "is a non-zero multiple of the granularity (%u bytes)",
-                        (unsigned long long)size, HOST_GRANULE);
+                        "host storage refused the call: cannot reserve %llu bytes: larger than "
+                        "half the address space",
+                        (unsigned long long)size);
   cm__vmtrack *t = malloc(sizeof *t);
   if (!t) return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
   void *mem = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -124,7 +128,7 @@ static int host_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t
     free(t);
     return cm__diag_set(diag, CM_ENOMEM, "host storage: out of host memory");
   }
-  cm__vmtrack_init(t, size, (unsigned)__builtin_ctz(HOST_GRANULE));
+  cm__vmtrack_init(t, size, HOST_GSHIFT);
   cm__id_entry *e = &c->ids.v[id];
   e->addr = (uint64_t)(uintptr_t)mem;
   e->size = size;
@@ -149,7 +153,7 @@ static int host_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint
   host_ctx *c = ctx;
   cm__id_entry *e = host_range(c, id, "map into", diag);
   if (!e) return CM_EHANDLE;
-  char why[160];
+  char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_map(e->aux, off, size, piece, why, sizeof why) != CM_OK)
     return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
   char *p = (char *)e->mem + off;
@@ -167,7 +171,7 @@ static int host_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, ui
   host_ctx *c = ctx;
   cm__id_entry *e = host_range(c, id, "unmap in", diag);
   if (!e) return CM_EHANDLE;
-  char why[200];
+  char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_unmap(e->aux, off, size, piece, why, sizeof why) != CM_OK)
     return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
   CM__UNPOISON((char *)e->mem + off, size);
@@ -183,11 +187,9 @@ static int host_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   cm__id_entry *e = host_range(c, id, "free of address range", diag);
   if (!e) return CM_EHANDLE;
   cm__vmtrack *t = e->aux;
-  if (t->nmaps)
-    return cm__diag_set(diag, CM_EINVAL,
-                        "host storage refused the call: cannot free the address range "
-                        "StorageId(%llu): %llu mappings remain in it",
-                        (unsigned long long)id, (unsigned long long)t->nmaps);
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_release(t, id, why, sizeof why) != CM_OK)
+    return cm__diag_set(diag, CM_EINVAL, "host storage refused the call: %s", why);
   munmap(e->mem, (size_t)e->size); /* its mapped granules were unmapped (and unpoisoned) */
   cm__vmtrack_free(t);
   free(t);

@@ -161,11 +161,9 @@ static uint64_t sim_granularity(void *ctx) { return ((sim_ctx *)ctx)->granularit
 
 static int sim_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
   sim_ctx *c = ctx;
-  if (size == 0 || size % c->granularity)
-    return violation(c, diag, CM_EINVAL,
-                     "cannot reserve %" PRIu64 " bytes: a reservation is a non-zero multiple of "
-                     "the granularity (%" PRIu64 " bytes)",
-                     size, c->granularity);
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_reserve(size, c->gshift, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "%s", why);
   int rc = sim_new_range(c, size, c->granularity, E_RANGE, out_id, diag);
   if (rc == CM_OK) {
     cm__vmtrack_init(&c->v[*out_id].vm, size, c->gshift);
@@ -181,7 +179,7 @@ static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint6
   if (!e)
     return violation(c, diag, CM_EHANDLE, "map into StorageId(%" PRIu64 "), which is not a reservation",
                      id);
-  char why[160];
+  char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_map(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
     return violation(c, diag, CM_EINVAL, "%s", why);
   int rc = sim_take(c, size, diag);
@@ -202,7 +200,7 @@ static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uin
   if (!e)
     return violation(c, diag, CM_EHANDLE,
                      "unmap in StorageId(%" PRIu64 "), which is not a reservation", id);
-  char why[160];
+  char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_unmap(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
     return violation(c, diag, CM_EINVAL, "%s", why);
   c->mappings -= cm__vmtrack_commit_unmap(&e->vm, off, size, piece);
@@ -216,11 +214,9 @@ static int sim_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   if (!e)
     return violation(c, diag, CM_EHANDLE, "free of address range StorageId(%" PRIu64
                      "), which is not a reservation", id);
-  if (e->vm.nmaps)
-    return violation(c, diag, CM_EINVAL,
-                     "cannot free the address range StorageId(%" PRIu64 "): %" PRIu64
-                     " mappings remain in it",
-                     id, e->vm.nmaps);
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_release(&e->vm, id, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "%s", why);
   cm__vmtrack_free(&e->vm);
   e->kind = E_FREE;
   c->reservations--;

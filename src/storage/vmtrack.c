@@ -13,6 +13,25 @@
 
 static int bit(const uint64_t *bm, uint64_t i) { return (int)((bm[i / 64] >> (i % 64)) & 1); }
 
+int cm__vmtrack_check_reserve(uint64_t size, unsigned gshift, char *why, size_t cap) {
+  uint64_t G = 1ull << gshift;
+  if (size != 0 && size % G == 0) return CM_OK;
+  snprintf(why, cap,
+           "cannot reserve %" PRIu64 " bytes: a reservation is a non-zero multiple of the "
+           "granularity (%" PRIu64 " bytes)",
+           size, G);
+  return CM_EINVAL;
+}
+
+int cm__vmtrack_check_release(const cm__vmtrack *t, uint64_t id, char *why, size_t cap) {
+  if (!t->nmaps) return CM_OK;
+  snprintf(why, cap,
+           "cannot free the address range StorageId(%" PRIu64 "): %" PRIu64
+           " mappings remain in it",
+           id, t->nmaps);
+  return CM_EINVAL;
+}
+
 void cm__vmtrack_init(cm__vmtrack *t, uint64_t size, unsigned gshift) {
   memset(t, 0, sizeof *t);
   t->size = size;

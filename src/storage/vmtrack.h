@@ -26,6 +26,13 @@ typedef struct cm__vmtrack {
   uint64_t nmaps;   /* mappings in the range */
 } cm__vmtrack;
 
+/* Room for the reason a check gives. */
+#define CM__VMTRACK_WHY 192
+
+/* Is `size` a valid reservation (a non-zero multiple of the granule)? CM_OK,
+ * or CM_EINVAL with the reason in why[0..cap). */
+int cm__vmtrack_check_reserve(uint64_t size, unsigned gshift, char *why, size_t cap);
+
 /* A tracker for a reservation of `size` bytes (a multiple of the granule);
  * nothing is allocated until the first map. */
 void cm__vmtrack_init(cm__vmtrack *t, uint64_t size, unsigned gshift);
@@ -47,6 +54,10 @@ int cm__vmtrack_commit_map(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t
  * CM_OK, or CM_EINVAL with the reason in why. Changes nothing. */
 int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece,
                             char *why, size_t cap);
+/* May the reservation be given back (no mapping left in it)? CM_OK, or
+ * CM_EINVAL with the reason in why; `id` names it in the reason. */
+int cm__vmtrack_check_release(const cm__vmtrack *t, uint64_t id, char *why, size_t cap);
+
 /* Record an unmap that passed cm__vmtrack_check_unmap; returns the mappings
  * removed. */
 uint64_t cm__vmtrack_commit_unmap(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece);
