@@ -9,7 +9,6 @@ plus one cuMemAddressReserve in all.
 """
 import csv
 import functools
-import math
 
 GRAN, ALIGN = 2 << 20, 512
 
@@ -69,20 +68,72 @@ def forced_calls(path, eps, gran=GRAN, align=ALIGN):
     return (3 * forced + 1) / max(allocs, 1)
 
 
-def eps_for(path, target=0.25, gran=GRAN, align=ALIGN):
-    """The smallest eps (to 1e-4) at which forced_calls drops to `target`;
-    math.inf when even holding 1024 x the running peak does not."""
-    lo, hi = 0.0, 1.0
-    if forced_calls(path, lo, gran, align) <= target:
-        return 0.0
-    while forced_calls(path, hi, gran, align) > target:
-        lo, hi = hi, hi * 2
-        if hi > 1024:
-            return math.inf
-    while hi - lo > 1e-4:
-        mid = (lo + hi) / 2
-        if forced_calls(path, mid, gran, align) <= target:
-            hi = mid
+def forced_under(path, ceilings, gran=GRAN, align=ALIGN):
+    """Driver calls per allocation that ANY allocator must make if, before
+    allocation k (counted from 0), it holds no more than ceilings[k] bytes: it
+    holds whole granules, so at most ceilings[k] rounded down to a granule,
+    and an allocation that lifts live bytes above that finds too little held
+    memory, whatever was mapped before, and costs a growth (three calls). A
+    lower bound, not a model; forced_calls is the case of ceilings that follow
+    (1 + eps) x the running peak."""
+    forced = allocs = 0
+    for is_alloc, cur in live_curve(path, align):
+        if not is_alloc:
+            continue
+        if cur > (int(ceilings[allocs]) // gran) * gran:
+            forced += 1
+        allocs += 1
+    return (3 * forced + 1) / max(allocs, 1)
+
+
+def pytorch_run(path, torchsim_dir):
+    """Run torchsim (sim.py in `torchsim_dir`, in place) on trace `path` in
+    both of PyTorch's modes, 80 GiB device. Returns ({mode: running peak of
+    reserved bytes before each allocation}, {mode: driver calls per
+    allocation}), mode "default" or "expandable". Driver calls: cudaMalloc +
+    cudaFree (default); a cuMemCreate and a cuMemMap per page mapped, a
+    cuMemSetAccess per mapping, a cuMemUnmap and a cuMemRelease per page
+    unmapped, a cuMemAddressReserve per segment opened (expandable). A malloc
+    that fails raises torchsim's OOM: run it where the trace fits (80 GiB does
+    for every shared trace)."""
+    import sys
+    if torchsim_dir not in sys.path:
+        sys.path.insert(0, torchsim_dir)
+    import sim  # torchsim
+    names = ("default", "expandable")
+    modes = {"default": sim.Allocator(expandable=False), "expandable": sim.Allocator(expandable=True)}
+    blocks = {m: {} for m in names}
+    peaks = {m: [] for m in names}
+    allocs = reserves = 0
+    for is_alloc, ptr, size, stream in sim.parse_trace(path):
+        if is_alloc:
+            allocs += 1
+            for m in names:
+                peaks[m].append(modes[m].peak_reserved)
+            if size == 0:  # allocate(0) never reaches PyTorch's malloc
+                continue
+            before = len(modes["expandable"].exp_segments)
+            for m in names:
+                blocks[m][ptr] = modes[m].malloc(size, stream)
+            reserves += max(len(modes["expandable"].exp_segments) - before, 0)
         else:
-            lo = mid
-    return hi
+            for m in names:
+                b = blocks[m].pop(ptr, None)
+                if b is not None:
+                    modes[m].free(b)
+    d, e, n = modes["default"], modes["expandable"], max(allocs, 1)
+    calls = {"default": (d.n_cudamalloc + d.n_cudafree) / n,
+             "expandable": (2 * e.n_pages_mapped + e.n_map_calls + 2 * e.n_pages_unmapped
+                            + reserves) / n}
+    return peaks, calls
+
+
+def below_pytorch_bound(path, torchsim_dir):
+    """Driver calls per allocation that any allocator must make to hold less
+    than both of PyTorch's modes on this trace and on each of its prefixes (a
+    job that stopped there; an online allocator cannot tell them apart until
+    then): before allocation k it holds no more than the lower of PyTorch's
+    two running peaks (forced_under). Returns (bound, pytorch_run's calls)."""
+    peaks, calls = pytorch_run(path, torchsim_dir)
+    ceil = [min(a, b) for a, b in zip(peaks["default"], peaks["expandable"])]
+    return forced_under(path, ceil), calls

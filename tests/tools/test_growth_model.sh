@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # test_growth_model.sh BUILD SOURCE SHARED - bench/growth_model.py, the model
-# and the lower bound behind bench/floor:
-#  - on a hand-worked trace, the model's growths and peak, and the bound's
-#    forced growths at three values of e;
+# and the lower bounds behind bench/floor:
+#  - on a hand-worked trace, the model's growths and peak, the bound's forced
+#    growths at three values of e, and forced_under's at given ceilings;
 #  - on every shared trace (skipped, saying so, when ../shared is absent):
 #    the bound never exceeds the calls of the model allocator, which is one of
 #    the allocators it bounds (it holds at most (1 + f) x the running peak,
-#    rounded up to a granule); it never rises with e; eps_for meets its target.
+#    rounded up to a granule), and never rises with e; forced_under with
+#    PyTorch's expandable running peaks (torchsim) never exceeds the calls
+#    PyTorch's expandable mode makes, since that mode is one of the allocators
+#    it bounds; and the bound below both modes (bench/floor's) is at least that one.
 set -euo pipefail
 src=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
 shared=${3:-$src/../shared}
@@ -24,7 +27,7 @@ MiB=$((1 << 20))
 } >"$tmp/t.csv"
 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$src/bench" python3 - "$tmp/t.csv" "$shared/traces" <<'PY'
 import glob, math, os, sys
-from growth_model import model, forced_calls, eps_for
+from growth_model import model, forced_calls, forced_under, pytorch_run
 
 bad = 0
 def check(what, got, want):
@@ -40,13 +43,15 @@ check("model f=0: peak held / peak live", ratio, 1.0)
 check("bound e=0: forced growths 2", forced_calls(t, 0.0), 7 / 4)
 check("bound e=0.0001: 2 MiB x 1.0001 rounds up to 4 MiB, 6 MiB still forces", forced_calls(t, 1e-4), 7 / 4)
 check("bound e=2: 2 MiB x 3 = 6 MiB covers the third allocation", forced_calls(t, 2.0), 4 / 4)
-check("eps_for a target the trace meets at e=0", eps_for(t, target=2.0), 0.0)
-# beyond the first bracket [0, 1]: any e > 1 rounds 2 MiB x (1 + e) up to 6 MiB
-e = eps_for(t, target=1.0)
-check("eps_for(1.0) reaches the target", float(forced_calls(t, e) <= 1.0), 1.0)
-check("eps_for(1.0) is the smallest e to 1e-4", float(forced_calls(t, max(e - 2e-4, 0)) > 1.0), 1.0)
-check("eps_for(1.0) is just above 1", float(1.0 < e <= 1.0 + 1e-4), 1.0)
-check("eps_for of a target no e reaches", eps_for(t, target=0.5), math.inf)
+# ceilings before each of the four allocations: 4 MiB held at most before the
+# third (6 MiB live: forced), 6 MiB before the fourth (5 MiB live: not)
+MiB = 1 << 20
+check("forced_under: nothing held before the first", forced_under(t, [0, 2 * MiB, 4 * MiB, 6 * MiB]), 7 / 4)
+check("forced_under: a ceiling rounds down to a granule (3 MiB -> 2 MiB)",
+      forced_under(t, [0, 3 * MiB, 3 * MiB, 6 * MiB]), 7 / 4)
+check("forced_under: 6 MiB before the third covers it", forced_under(t, [0, 2 * MiB, 6 * MiB, 6 * MiB]), 4 / 4)
+check("forced_under equals forced_calls on its ceilings (e=0: running peak)",
+      forced_under(t, [0, 2 * MiB, 2 * MiB, 6 * MiB]), forced_calls(t, 0.0))
 
 root = sys.argv[2]
 paths = sorted(glob.glob(os.path.join(root, "*", "*.csv")))
@@ -65,5 +70,20 @@ for p in paths:
             bad += 1
         prev = b
     print(f"ok   {name}: bound <= model, non-increasing in e")
+torchsim = os.path.join(os.path.dirname(root), "tools", "torchsim")
+for p in paths if os.path.isdir(torchsim) else []:
+    name = os.path.relpath(p, root)
+    peaks, calls = pytorch_run(p, torchsim)
+    own = forced_under(p, peaks["expandable"])
+    both = forced_under(p, [min(a, b) for a, b in zip(peaks["default"], peaks["expandable"])])
+    if own > calls["expandable"] + 1e-12 or both + 1e-12 < own:
+        print(f"FAIL {name}: bound at PyTorch expandable's own peaks {own}, its calls "
+              f"{calls['expandable']}, bound below both modes {both}")
+        bad += 1
+    else:
+        print(f"ok   {name}: bound {own:.3f} <= PyTorch expandable's calls {calls['expandable']:.3f}; "
+              f"below both modes {both:.3f}")
+if paths and not os.path.isdir(torchsim):
+    print(f"note: {torchsim} is absent: the PyTorch checks are skipped")
 sys.exit(1 if bad else 0)
 PY
