@@ -48,12 +48,15 @@ fuzz:
 	bash fuzz/run.sh
 
 # Every benchmark number in one command: bench/results/replay.md (ratios, device
-# calls, ns/op per trace and layout) and bench/results/callgrind.md
-# (instructions per replay operation on cpu/torch-cpu-mobilenet-train).
+# calls, ns/op per trace and layout), fit.md (smallest device against PyTorch),
+# objects.md (object size against fit and driver calls), floor.md (the fewest
+# driver calls possible) and callgrind.md (instructions per replay operation on
+# cpu/torch-cpu-mobilenet-train).
 bench: build
 	bash bench/replay
 	bash bench/fit $(BUILD) > bench/results/fit.md
 	bash bench/objects $(BUILD) > bench/results/objects.md
+	bash bench/floor > bench/results/floor.md
 	bash bench/callgrind-report.sh $(BUILD) > bench/results/callgrind.md
 
 clean:
