@@ -145,6 +145,7 @@ typedef struct cm_storage_stats {
   uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
   uint64_t errors;          /* backend calls that failed other than for memory (EOOM) */
   uint64_t violations;      /* of which refused as contract violations (EINVAL, EHANDLE) */
+  uint64_t mem_queries;     /* cm_storage_mem_info calls (cuMemGetInfo on CUDA) */
 } cm_storage_stats_t;
 
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns

@@ -42,9 +42,9 @@ static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
           ",\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
           ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
           ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
-          ",\"address_frees\":%" PRIu64 "}",
+          ",\"address_frees\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
           r->driver_calls, d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
-          d->unmap_calls, d->releases, d->reserves, d->address_frees);
+          d->unmap_calls, d->releases, d->reserves, d->address_frees, d->mem_queries);
   fprintf(f,
           ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
           ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
@@ -244,6 +244,8 @@ static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *
   row("  alloc / free", c, n, width);
   for (size_t i = 0; i < n; i++) fmt_pair(c[i], runs[i].res.storage.reserves, runs[i].res.storage.address_frees);
   row("  reserve / free VA", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.storage.mem_queries);
+  row("  memory queries", c, n, width);
   if (env->tinfo && env->tinfo->is_snapshot) {
     for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
     row("reserved by PyTorch", c, n, width); /* at dump */

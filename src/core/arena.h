@@ -51,6 +51,8 @@
  * (bench/results/objects.md). */
 #define OBJECT_ROOM_SHIFT 14
 #define SEG_MIN (2ull << 20)
+#define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
+#define ROOM_MARGIN_SHIFT 3  /* ... and a query whenever the answer is within total/8 of half free */
 
 #define OUT(buf, cap, len, ...)                                                               \
   do {                                                                                        \
@@ -101,6 +103,10 @@ typedef struct arena {
   uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
+  /* has_room's view of the device: its free and total memory at the last
+   * query, the storage's bytes_held then, and decisions left until the next */
+  uint64_t room_free, room_total, room_held;
+  uint32_t room_uses;
   region **regs;
   uint32_t nregs, capregs;
   ablk *heads[NBINS];

@@ -283,12 +283,41 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
 }
 
 /* Would the device stay more than half free after mapping `need` more
- * granules (CM_OBJECT_AUTO's and the default's larger objects)? Eager and dry
- * runs decide alike, so both make the same objects. Unknown capacity: no. */
-static bool has_room(const arena *a, uint64_t need) {
-  bool fits;
-  uint64_t left, total;
-  return device_fits(a, need << a->gshift, &fits, &left, &total) && fits && left > total / 2;
+ * granules (CM_OBJECT_AUTO's and the default's larger objects)? Unknown
+ * capacity: no. The device's memory is asked (cuMemGetInfo on CUDA) once every
+ * ROOM_REFRESH decisions, and again whenever the answer lies within
+ * total >> ROOM_MARGIN_SHIFT of the half-free line; in between, the last
+ * answer less what this storage has taken since (its bytes_held: every pool
+ * on it). That is exact for memory this process takes through the storage, so
+ * on the simulated device every decision is the one a query would give, and
+ * eager and dry runs decide alike; what other processes take is seen at the
+ * next query, and near the line at once. */
+static bool has_room(arena *a, uint64_t need) {
+  uint64_t held = atomic_load_explicit(&a->st->bytes_held, memory_order_relaxed);
+  bool fresh = false;
+  for (;;) {
+    if (a->room_uses == 0) {
+      uint64_t f = 0, t = 0;
+      if (cm_storage_mem_info(a->st, &f, &t) != CM_OK) t = 0;
+      a->room_free = f;
+      a->room_total = t;
+      a->room_held = held;
+      a->room_uses = ROOM_REFRESH;
+      fresh = true;
+    }
+    a->room_uses--;
+    uint64_t total = a->room_total, free_b = a->room_free;
+    if (total == 0) return false; /* the storage does not report its memory */
+    if (held >= a->room_held) free_b = held - a->room_held < free_b ? free_b - (held - a->room_held) : 0;
+    else free_b += a->room_held - held;
+    uint64_t add = need << a->gshift, pending = a->st->dry_bytes;
+    bool fits = pending <= free_b && add <= free_b - pending;
+    uint64_t left = fits ? free_b - pending - add : 0, half = total / 2;
+    uint64_t margin = total >> ROOM_MARGIN_SHIFT;
+    bool near = left > half ? left - half <= margin : half - left <= margin;
+    if (fresh || !near) return fits && left > half;
+    a->room_uses = 0; /* close to the line: ask the device */
+  }
 }
 
 /* Back to the configured object size after a placement's map. */

@@ -27,6 +27,9 @@
  * 80 GiB device, one below 32 GiB, so what a partly used object keeps from a
  * trim stays a sliver of the device). CM_OBJECT_AUTO: whole
  * runs, grown to 20 MiB steps, while the device stays more than half free.
+ * Whether it does is asked of the device every 64 such decisions and when
+ * the answer is close to the line; in between, what the storage took since
+ * is counted (has_room in arena_map.c).
  * Near the capacity, and when the device refuses memory, objects are the
  * configured size (one granule for both). Objects are recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one

@@ -159,7 +159,8 @@ static void fill_storage(cm_replay_result_t *out, const cm_storage_stats_t *s0,
   out->storage = stats_delta(s0, s1);
   const cm_storage_stats_t *d = &out->storage;
   out->driver_calls = d->allocs + d->deallocs + d->creates + d->map_calls + d->set_access +
-                      d->unmap_calls + d->releases + d->reserves + d->address_frees;
+                      d->unmap_calls + d->releases + d->reserves + d->address_frees +
+                      d->mem_queries;
 }
 
 int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_options_t *opts,
@@ -249,7 +250,7 @@ static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_stor
 #define D(f) d.f = b->f - a->f
   D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
   D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
-  D(address_frees); D(time_alloc_ns); D(time_free_ns); D(time_map_ns); D(time_unmap_ns);
+  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns); D(time_unmap_ns);
   D(time_reserve_ns); D(errors); D(violations);
 #undef D
   return d;

@@ -60,6 +60,7 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   out->time_reserve_ns = atomic_load(&s->time_reserve_ns);
   out->errors = atomic_load(&s->errors);
   out->violations = atomic_load(&s->violations);
+  out->mem_queries = atomic_load(&s->mem_queries);
 }
 
 const char *cm_storage_name(const cm_storage_t *s) {
@@ -156,6 +157,7 @@ int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes, uint64_t *total_b
   if (total_bytes) *total_bytes = 0;
   if (!s) return CM_EINVAL;
   if (!s->ops->mem_info) return CM_ENOTSUP;
+  atomic_fetch_add_explicit(&s->mem_queries, 1, memory_order_relaxed);
   int rc = s->ops->mem_info(s->ctx, &f, &t);
   if (rc != CM_OK) return rc;
   if (free_bytes) *free_bytes = f;

@@ -291,6 +291,83 @@ static void segments_fall_back_to_the_request(void) {
   cm_manager_destroy(m);
 }
 
+/* A device shared with another process: a VM storage over a strict sim whose
+ * free memory (mem_info) is what the sim has less `external` bytes. */
+typedef struct shared_dev {
+  cm_storage_t *inner;
+  uint64_t external;
+} shared_dev;
+static uint64_t sd_gran(void *c) { return cm__storage_vm_granularity(((shared_dev *)c)->inner); }
+static int sd_reserve(void *c, uint64_t n, uint64_t *id, cm_diag_t *d) {
+  return cm__storage_vm_reserve(((shared_dev *)c)->inner, n, id, d);
+}
+static int sd_map(void *c, uint64_t id, uint64_t off, uint64_t n, uint64_t piece, cm_diag_t *d) {
+  return cm__storage_vm_map(((shared_dev *)c)->inner, id, off, n, piece, d);
+}
+static int sd_unmap(void *c, uint64_t id, uint64_t off, uint64_t n, uint64_t piece, cm_diag_t *d) {
+  return cm__storage_vm_unmap(((shared_dev *)c)->inner, id, off, n, piece, d);
+}
+static int sd_release(void *c, uint64_t id, cm_diag_t *d) {
+  return cm__storage_vm_release(((shared_dev *)c)->inner, id, 0, d);
+}
+static int sd_mem_info(void *c, uint64_t *f, uint64_t *t) {
+  shared_dev *s = c;
+  int rc = cm_storage_mem_info(s->inner, f, t);
+  *f = *f > s->external ? *f - s->external : 0;
+  return rc;
+}
+static void sd_destroy(void *c) { cm_storage_destroy(((shared_dev *)c)->inner); }
+static int sd_alloc(void *c, uint64_t n, uint64_t *id, cm_diag_t *d) {
+  return cm_storage_alloc(((shared_dev *)c)->inner, n, id, d);
+}
+static void sd_dealloc(void *c, uint64_t id) { cm_storage_dealloc(((shared_dev *)c)->inner, id, 0); }
+static int sd_get(void *c, uint64_t id, uint64_t off, uint64_t n, cm_resource_t *o, cm_diag_t *d) {
+  return cm_storage_get(((shared_dev *)c)->inner, id, off, n, o, d);
+}
+static const cm_storage_ops_t k_shared = {
+    .name = "shared", .alloc = sd_alloc, .dealloc = sd_dealloc, .get = sd_get,
+    .release = sd_destroy, .mem_info = sd_mem_info, .vm_granularity = sd_gran,
+    .vm_reserve = sd_reserve, .vm_map = sd_map, .vm_unmap = sd_unmap, .vm_release = sd_release};
+
+/* The default arena's larger objects while the device has room: the device's
+ * free memory is asked only now and then (not once per growth), what this
+ * process maps in between is counted exactly, and memory another process
+ * takes is seen within ROOM_REFRESH (64) decisions. */
+static void room_is_asked_rarely(void) {
+  shared_dev sd = {NULL, 0};
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(64 * GiB, true, 0, &sd.inner));
+  ASSERT_OK(cm_storage_create(&k_shared, &sd, &s));
+  cm_manager_t *m = default_manager(s, 64 * GiB);
+  ASSERT(m != NULL);
+  enum { N = 200, MORE = 80 };
+  cm_handle_t h[N + MORE];
+  cm_storage_stats_t st;
+  for (int i = 0; i < N; i++) ASSERT_OK(cm_manager_reserve(m, 4 * MiB, &h[i], NULL));
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.creates, N); /* room: each 4 MiB block is one object */
+  EXPECT_GE(st.mem_queries, 1);
+  /* the pool and its first region ask once each, then one query per 64 decisions
+   * (one per growth before) */
+  EXPECT_LE(st.mem_queries, 2 + (N + 63) / 64);
+  /* another process takes 40 GiB: the device is no longer half free */
+  sd.external = 40 * GiB;
+  int first_split = -1;
+  for (int i = N; i < N + MORE; i++) {
+    uint64_t c0 = st.creates;
+    ASSERT_OK(cm_manager_reserve(m, 4 * MiB, &h[i], NULL));
+    cm_storage_stats(s, &st);
+    if (st.creates - c0 == 2 && first_split < 0) first_split = i - N;
+    if (first_split >= 0) EXPECT_EQ(st.creates - c0, 2); /* one object per granule from then on */
+  }
+  EXPECT_GE(first_split, 0);
+  EXPECT_LE(first_split, 64);
+  EXPECT_EQ(st.violations, 0);
+  for (int i = 0; i < N + MORE; i++) cm_handle_release(h[i]);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_manager_destroy(m); /* and the storage it owns */
+}
+
 /* A dry run meets the device's limit where an eager run would. */
 static void dry_run_meets_the_capacity(void) {
   cm_storage_t *s = NULL;
@@ -402,6 +479,7 @@ int main(void) {
   CM_RUN(oom_means_out_of_memory);
   CM_RUN(pressure_releases_cached_memory);
   CM_RUN(segments_fall_back_to_the_request);
+  CM_RUN(room_is_asked_rarely);
   CM_RUN(dry_run_meets_the_capacity);
   CM_RUN(fit_finds_the_smallest_device);
   CM_RUN(arena_reports_cached_bytes);
