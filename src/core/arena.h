@@ -50,6 +50,15 @@
  * object partly in use keeps at most 1/16384 of the device from a trim
  * (bench/results/objects.md). */
 #define OBJECT_ROOM_SHIFT 14
+/* The default's growth before the pool's first free (loading weights, a first
+ * forward pass), while the device stays more than half free: a block of whole
+ * granules of at most a quarter of a chunk of total >> GROW_CHUNK_SHIFT bytes
+ * (40 MiB on an 80 GiB device, whole granules, at least four) maps up to the
+ * next chunk boundary, each chunk one object, so the next blocks are served
+ * without a driver call. Larger blocks stay one object each: a chunk shared by
+ * blocks that are freed at different times can go back only when all are
+ * (bench/results/fit.md). */
+#define GROW_CHUNK_SHIFT 11
 #define SEG_MIN (2ull << 20)
 #define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
 #define ROOM_MARGIN_SHIFT 3  /* ... and a query whenever the answer is within total/8 of half free */
@@ -101,6 +110,9 @@ typedef struct arena {
   bool owned;     /* default object size: a block's whole granules are one object
                      while the device has room */
   uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
+  uint64_t chunk;          /* growth in chunks of this many granules for the map at hand
+                              (objects cut on chunk boundaries); 0: none */
+  uint64_t frees;          /* blocks freed in this pool so far */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
   /* has_room's view of the device: its free and total memory at the last

@@ -105,10 +105,14 @@ uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_l
 /* End of the object that a map starting at unmapped granule g creates inside
  * [g, hi]: the run of unmapped granules, cut after omax of them; granules
  * [own_lo, own_hi] (those a block being placed covers whole, while the device
- * has room) form one object of their own. */
+ * has room) form one object of their own; growth in chunks cuts the run on
+ * chunk boundaries instead. */
 static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
   uint64_t e = g, lim;
-  if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
+  if (__builtin_expect(a->chunk != 0, 0)) { /* growth in chunks: one object per chunk */
+    lim = (g / a->chunk + 1) * a->chunk - 1;
+    if (lim > hi) lim = hi;
+  } else if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
     lim = hi < a->own_hi ? hi : a->own_hi; /* granules one block owns: one object */
   } else {
     lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
@@ -325,6 +329,7 @@ static inline void objects_default(arena *a) {
   a->omax = a->ocfg;
   a->own_lo = 1;
   a->own_hi = 0;
+  a->chunk = 0;
 }
 
 /* Map what placing span s in free block b (at place_off) needs; `lazy`: count
@@ -353,7 +358,10 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     /* the device's free memory is asked only when the answer can change the objects */
     if ((whole || a->room_omax > a->omax) && has_room(a, need)) {
       if (a->room_omax > a->omax) a->omax = a->room_omax;
-      if (whole) {
+      uint64_t c = a->frees ? 0 : (a->room_total >> GROW_CHUNK_SHIFT) >> a->gshift;
+      if (whole && c >= 4 && (g1 - g0 + 1) * 4 <= c) {
+        a->chunk = c; /* nothing freed yet: grow to the chunk boundary below */
+      } else if (whole) {
         a->own_lo = g0; /* a block of whole granules: one object */
         a->own_hi = g1;
       }
@@ -365,6 +373,10 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  if (a->chunk) { /* the default before the first free: to the next chunk boundary */
+    uint64_t want = (g1 / a->chunk + 1) * a->chunk - 1;
+    while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
+  }
   if (room) { /* CM_OBJECT_AUTO with room: grow to the next AUTO_CHUNK boundary */
     uint64_t c = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
     uint64_t want = (g1 / c + 1) * c - 1;

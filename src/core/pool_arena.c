@@ -588,6 +588,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
 
 static void on_free(cm__pool *p, cm__slice *sl) {
   arena *a = AR(p);
+  a->frees++;
   ablk *b = BLK(sl);
   region *r = b->rg;
   if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;
@@ -824,6 +825,7 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     }
     a->own_lo = 1;
     a->own_hi = 0;
+    a->chunk = 0;
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;

@@ -429,6 +429,62 @@ static void vm_default_objects_large_device(void) {
   cm_manager_destroy(m);
 }
 
+/* Before the pool's first free, on a device more than half free, blocks of
+ * whole granules up to a quarter of a chunk (80 GiB >> 11 = 40 MiB) grow the
+ * pool to the next chunk boundary, one object per chunk: the blocks that
+ * follow need no driver call. Larger blocks are one object each; after the
+ * first free, or with the device half used, growth is exact again. */
+static void vm_default_grows_in_chunks_before_first_free(void) {
+  cm_manager_t *m = mk_arena(sim(80 * GiB, true, 0));
+  ASSERT(m != NULL);
+  cm_handle_t h[16];
+  for (int i = 0; i < 10; i++) h[i] = res(m, 4 * MiB); /* ten blocks fill the first chunk */
+  EXPECT_EQ(held(m), 40 * MiB);
+  EXPECT_EQ(stats(m).creates, 1);
+  EXPECT_EQ(stats(m).map_calls, 1);
+  EXPECT_EQ(stats(m).set_access, 1);
+  h[10] = res(m, 4 * MiB); /* the second chunk */
+  EXPECT_EQ(held(m), 80 * MiB);
+  EXPECT_EQ(stats(m).creates, 2);
+  h[11] = res(m, 16 * MiB); /* inside the second chunk: no call */
+  EXPECT_EQ(stats(m).creates, 2);
+  /* larger than a quarter chunk: the rest of the chunk (20 MiB) and one
+   * object of exactly what is missing */
+  h[12] = res(m, 64 * MiB);
+  EXPECT_EQ(held(m), 80 * MiB + 44 * MiB);
+  EXPECT_EQ(stats(m).creates, 3);
+  CHECK_CLEAN(m);
+  /* every block of a chunk free: the chunk goes back whole */
+  for (int i = 0; i < 10; i++) cm_handle_release(h[i]);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 40 * MiB + 44 * MiB);
+  EXPECT_EQ(stats(m).releases, 1);
+  /* after a free, growth is exact: each 4 MiB block maps its own 4 MiB */
+  for (int i = 0; i < 3; i++) {
+    uint64_t c0 = stats(m).creates, h0 = held(m);
+    h[i] = res(m, 4 * MiB);
+    EXPECT_EQ(held(m), h0 + 4 * MiB);
+    EXPECT_EQ(stats(m).creates, c0 + 1);
+  }
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  for (int i = 0; i < 3; i++) cm_handle_release(h[i]);
+  for (int i = 10; i < 13; i++) cm_handle_release(h[i]);
+  cm_manager_destroy(m);
+  /* a device half used before the first free: exact growth, one object per granule */
+  m = mk_arena(sim(80 * GiB, true, 0));
+  ASSERT(m != NULL);
+  h[0] = res(m, 41 * GiB);
+  uint64_t c1 = stats(m).creates;
+  h[1] = res(m, 4 * MiB);
+  EXPECT_EQ(held(m), 41 * GiB + 4 * MiB);
+  EXPECT_EQ(stats(m).creates, c1 + 2);
+  CHECK_CLEAN(m);
+  cm_handle_release(h[1]);
+  cm_handle_release(h[0]);
+  cm_manager_destroy(m);
+}
+
 static void vm_periodic_trim(void) {
   cm_pool_options_t o = arena();
   o.dealloc_period = 50;
@@ -634,6 +690,7 @@ int main(void) {
   CM_RUN(vm_auto_objects);
   CM_RUN(vm_default_objects);
   CM_RUN(vm_default_objects_large_device);
+  CM_RUN(vm_default_grows_in_chunks_before_first_free);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
