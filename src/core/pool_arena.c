@@ -25,7 +25,11 @@
  * create + one map instead of one per granule), and other runs are cut into
  * objects of up to total >> OBJECT_ROOM_SHIFT bytes (two granules on an
  * 80 GiB device, one below 32 GiB, so what a partly used object keeps from a
- * trim stays a sliver of the device). CM_OBJECT_AUTO: whole
+ * trim stays a sliver of the device). Until the pool's first free (weights
+ * being loaded, a first forward pass), a block of whole granules of at most
+ * a quarter of a chunk (total >> GROW_CHUNK_SHIFT: 40 MiB on 80 GiB) maps up
+ * to the next chunk boundary instead, one object per chunk, so the next
+ * small blocks need no driver call. CM_OBJECT_AUTO: whole
  * runs, grown to 20 MiB steps, while the device stays more than half free.
  * Whether it does is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
