@@ -269,12 +269,19 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
  * figure. Returns false when the storage does not report its memory;
  * otherwise *fits, and when it fits *left (free memory after `add`) and
  * *total. */
+/* Does `add` more bytes fit free_b bytes of free device memory, less what dry
+ * runs counted without mapping? *left: free memory after `add` (0 if not). */
+static bool fits_free(const arena *a, uint64_t free_b, uint64_t add, uint64_t *left) {
+  uint64_t pending = a->st->dry_bytes;
+  bool fits = pending <= free_b && add <= free_b - pending;
+  *left = fits ? free_b - pending - add : 0;
+  return fits;
+}
+
 static bool device_fits(const arena *a, uint64_t add, bool *fits, uint64_t *left, uint64_t *total) {
   uint64_t free_b = 0;
   if (cm_storage_mem_info(a->st, &free_b, total) != CM_OK || *total == 0) return false;
-  uint64_t pending = a->st->dry_bytes;
-  *fits = pending <= free_b && add <= free_b - pending;
-  *left = *fits ? free_b - pending - add : 0;
+  *fits = fits_free(a, free_b, add, left);
   return true;
 }
 
@@ -314,10 +321,8 @@ static bool has_room(arena *a, uint64_t need) {
     if (total == 0) return false; /* the storage does not report its memory */
     if (held >= a->room_held) free_b = held - a->room_held < free_b ? free_b - (held - a->room_held) : 0;
     else free_b += a->room_held - held;
-    uint64_t add = need << a->gshift, pending = a->st->dry_bytes;
-    bool fits = pending <= free_b && add <= free_b - pending;
-    uint64_t left = fits ? free_b - pending - add : 0, half = total / 2;
-    uint64_t margin = total >> ROOM_MARGIN_SHIFT;
+    uint64_t left, half = total / 2, margin = total >> ROOM_MARGIN_SHIFT;
+    bool fits = fits_free(a, free_b, need << a->gshift, &left);
     bool near = left > half ? left - half <= margin : half - left <= margin;
     if (fresh || !near) return fits && left > half;
     a->room_uses = 0; /* close to the line: ask the device */
@@ -373,13 +378,12 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
-  if (a->chunk) { /* the default before the first free: to the next chunk boundary */
-    uint64_t want = (g1 / a->chunk + 1) * a->chunk - 1;
-    while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
-  }
-  if (room) { /* CM_OBJECT_AUTO with room: grow to the next AUTO_CHUNK boundary */
-    uint64_t c = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
-    uint64_t want = (g1 / c + 1) * c - 1;
+  /* growth to the next chunk boundary: the default before the first free
+   * (a->chunk), CM_OBJECT_AUTO with room (AUTO_CHUNK) */
+  uint64_t step = a->chunk;
+  if (room) step = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
+  if (step) {
+    uint64_t want = (g1 / step + 1) * step - 1;
     while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
   }
   /* free mapped granules that stay free after the placement, beyond the budget, go first */
