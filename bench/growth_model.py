@@ -55,17 +55,14 @@ def forced_calls(path, eps, gran=GRAN, align=ALIGN):
     holds more than (1 + eps) x the running peak of live bytes (rounded up to
     a granule): an allocation that lifts live bytes above that bound for the
     previous peak finds too little held memory, whatever was mapped before,
-    and costs a growth (three calls). A lower bound, not a model."""
-    peak = forced = allocs = 0
+    and costs a growth (three calls). A lower bound, not a model: forced_under
+    at those ceilings."""
+    peak, ceilings = 0, []
     for is_alloc, cur in live_curve(path, align):
-        if not is_alloc:
-            continue
-        allocs += 1
-        if cur > peak:
-            if cur > _granules(peak * (1 + eps), gran):
-                forced += 1
-            peak = cur
-    return (3 * forced + 1) / max(allocs, 1)
+        if is_alloc:
+            ceilings.append(_granules(peak * (1 + eps), gran))
+            peak = max(peak, cur)
+    return forced_under(path, ceilings, gran, align)
 
 
 def forced_under(path, ceilings, gran=GRAN, align=ALIGN):
@@ -74,8 +71,7 @@ def forced_under(path, ceilings, gran=GRAN, align=ALIGN):
     holds whole granules, so at most ceilings[k] rounded down to a granule,
     and an allocation that lifts live bytes above that finds too little held
     memory, whatever was mapped before, and costs a growth (three calls). A
-    lower bound, not a model; forced_calls is the case of ceilings that follow
-    (1 + eps) x the running peak."""
+    lower bound, not a model."""
     forced = allocs = 0
     for is_alloc, cur in live_curve(path, align):
         if not is_alloc:
