@@ -284,18 +284,33 @@ static void staging_dealloc(void *ctx, uint64_t id) {
   free(b);
 }
 
+/* Block `id` of s, with [offset, offset+size) inside it; else NULL and diag
+ * (CM_EHANDLE: unknown id, CM_EINVAL: the range runs outside) in *rc. The one
+ * lookup of get and cm_vulkan_storage_resolve. */
+static block *block_range(const vk_storage *s, uint64_t id, uint64_t offset, uint64_t size,
+                          int *rc, cm_diag_t *diag) {
+  block *b = cm__u64map_get(&s->blocks, id);
+  if (!b) {
+    *rc = cm__diag_set(diag, CM_EHANDLE, "StorageId(%" PRIu64 ") in the %s storage", id,
+                       s->staging ? "vulkan-staging" : "vulkan");
+    return NULL;
+  }
+  if (offset > b->size || size > b->size - offset) {
+    *rc = cm__diag_set(diag, CM_EINVAL,
+                       "range [%" PRIu64 ", +%" PRIu64 ") is outside StorageId(%" PRIu64
+                       ") of %" PRIu64 " bytes",
+                       offset, size, id, b->size);
+    return NULL;
+  }
+  return b;
+}
+
 static int st_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_resource_t *out,
                   cm_diag_t *diag) {
   vk_storage *s = ctx;
-  block *b = cm__u64map_get(&s->blocks, id);
-  if (!b)
-    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%" PRIu64 ") in the %s storage", id,
-                        s->staging ? "vulkan-staging" : "vulkan");
-  if (offset > b->size || size > b->size - offset)
-    return cm__diag_set(diag, CM_EINVAL,
-                        "range [%" PRIu64 ", +%" PRIu64 ") is outside StorageId(%" PRIu64
-                        ") of %" PRIu64 " bytes",
-                        offset, size, id, b->size);
+  int rc = CM_OK;
+  const block *b = block_range(s, id, offset, size, &rc, diag);
+  if (!b) return rc;
   if (s->staging) {
     out->host = b->host ? (char *)b->host + offset : NULL;
     out->addr = (uint64_t)(uintptr_t)out->host;
@@ -501,16 +516,9 @@ int cm_vulkan_storage_resolve(const cm_storage_t *st, uint64_t id, uint64_t offs
                         "cm_vulkan_storage_resolve: the %s storage is not a "
                         "Vulkan storage",
                         st ? cm_storage_name(st) : "NULL");
-  const vk_storage *s = st->ctx;
-  const block *b = cm__u64map_get(&s->blocks, id);
-  if (!b)
-    return cm__diag_set(diag, CM_EHANDLE, "StorageId(%" PRIu64 ") in the %s storage", id,
-                        s->staging ? "vulkan-staging" : "vulkan");
-  if (offset > b->size || size > b->size - offset)
-    return cm__diag_set(diag, CM_EINVAL,
-                        "range [%" PRIu64 ", +%" PRIu64 ") is outside StorageId(%" PRIu64
-                        ") of %" PRIu64 " bytes",
-                        offset, size, id, b->size);
+  int rc = CM_OK;
+  const block *b = block_range(st->ctx, id, offset, size, &rc, diag);
+  if (!b) return rc;
   out->buffer = b->buf;
   out->memory = b->mem;
   out->offset = offset;
