@@ -404,8 +404,6 @@ void cm__arena_unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n);
 /* Storage-unmap a batch (failures are counted by the storage). */
 void cm__arena_unmap_flush(arena *a, region *r, batch *b);
 /* Unmap free objects, highest first, until `want` granules went (see there). */
-uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const region *ex,
-                                uint64_t ex_lo, uint64_t ex_hi);
 uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi);
 /* Map every unmapped granule of [lo, hi] in r (see there). */
 int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,

@@ -64,13 +64,13 @@ static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
 }
 
 /* Unmap free objects, highest addresses first, until `want` granules went
- * (UINT64_MAX: every free object). `strict`: an object larger than what is
- * still wanted is kept (trims that only bound the cache before a map);
- * otherwise the last object may go beyond `want` (cleanups: what stayed idle
- * goes). Objects meeting granules [ex_lo, ex_hi] of region ex stay. Returns
- * how many granules were unmapped. */
-uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const region *ex,
-                             uint64_t ex_lo, uint64_t ex_hi) {
+ * (UINT64_MAX: every free object); the last object may go beyond `want`, so a
+ * trim that bounds the cache before a map gives back a free object larger
+ * than the excess whole rather than keep it (bench/results/fit.md: median
+ * unconstrained 1.0106 -> 1.0095, and fewer calls: what a loop needs again
+ * raises the budget). Objects meeting granules [ex_lo, ex_hi] of region ex
+ * stay. Returns how many granules were unmapped. */
+uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
   uint64_t done = 0;
   for (uint32_t ri = a->nregs; ri-- > 0 && done < want;) {
     region *r = a->regs[ri];
@@ -88,7 +88,6 @@ uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const regi
       g = os;
       if (r == ex && os <= ex_hi && oe >= ex_lo) continue; /* meets the excluded range */
       if (!bits_all(r->fm, os, oe)) continue;              /* partly in use */
-      if (strict && want != UINT64_MAX && oe - os + 1 > want - done) continue;
       done += oe - os + 1;
       unmap_object(a, r, os, &b);
     }
@@ -96,10 +95,6 @@ uint64_t cm__arena_trim_objects(arena *a, uint64_t want, bool strict, const regi
     if (r->mapped_gran == 0) r->top = 0;
   }
   return done;
-}
-
-uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
-  return cm__arena_trim_objects(a, want, true, ex, ex_lo, ex_hi);
 }
 
 /* End of the object that a map starting at unmapped granule g creates inside

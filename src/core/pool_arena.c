@@ -67,7 +67,8 @@
  * granule extended by up to mapped/512 granules ahead inside the same free
  * block to batch growth: larger requests map exactly what they need).
  * Hysteresis: before mapping, free mapped granules beyond a budget are
- * unmapped, highest addresses first, so the mapped total does not grow while
+ * unmapped, highest addresses first, whole free objects (the last may take
+ * more than the excess), so the mapped total does not grow while
  * unused mapped memory sits elsewhere. The budget is 1 + mapped/256 granules
  * plus a feedback term: granules mapped again within REGRET_WINDOW
  * reservations of being trimmed raise it (capped at mapped/16), maps without
@@ -663,7 +664,7 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
       cm__arena_trim(a, UINT64_MAX, NULL, 1, 0);
     } else {
       uint64_t budget = keep_budget(a);
-      if (a->low_free > budget) cm__arena_trim_objects(a, a->low_free - budget, false, NULL, 1, 0);
+      if (a->low_free > budget) cm__arena_trim(a, a->low_free - budget, NULL, 1, 0);
     }
   }
   for (uint32_t i = a->nregs; i-- > 0;) {

@@ -485,6 +485,28 @@ static void vm_default_grows_in_chunks_before_first_free(void) {
   cm_manager_destroy(m);
 }
 
+/* The trim before a map gives back a free object larger than the excess
+ * over the budget whole instead of keeping it: freed 64 MiB (one object) and
+ * a 128 MiB request that cannot use the hole leave 64 + 128 MiB held, not
+ * 256 MiB. */
+static void vm_trim_gives_back_whole_objects(void) {
+  cm_manager_t *m = mk_arena(sim(80 * GiB, true, 0));
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 64 * MiB), b = res(m, 64 * MiB);
+  EXPECT_EQ(stats(m).creates, 2); /* one object each */
+  cm_handle_release(a);
+  EXPECT_EQ(held(m), 128 * MiB);
+  cm_handle_t c = res(m, 128 * MiB);
+  EXPECT_EQ(held(m), 64 * MiB + 128 * MiB);
+  EXPECT_EQ(stats(m).releases, 1);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  cm_handle_release(b);
+  cm_handle_release(c);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
 static void vm_periodic_trim(void) {
   cm_pool_options_t o = arena();
   o.dealloc_period = 50;
@@ -691,6 +713,7 @@ int main(void) {
   CM_RUN(vm_default_objects);
   CM_RUN(vm_default_objects_large_device);
   CM_RUN(vm_default_grows_in_chunks_before_first_free);
+  CM_RUN(vm_trim_gives_back_whole_objects);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
