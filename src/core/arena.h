@@ -50,15 +50,18 @@
  * object partly in use keeps at most 1/16384 of the device from a trim
  * (bench/results/objects.md). */
 #define OBJECT_ROOM_SHIFT 14
-/* The default's growth before the pool's first free (loading weights, a first
- * forward pass), while the device stays more than half free: a block of whole
- * granules of at most a quarter of a chunk of total >> GROW_CHUNK_SHIFT bytes
- * (40 MiB on an 80 GiB device, whole granules, at least four) maps up to the
- * next chunk boundary, each chunk one object, so the next blocks are served
- * without a driver call. Larger blocks stay one object each: a chunk shared by
- * blocks that are freed at different times can go back only when all are
+/* The default's growth in a run of reservations without a free (before the
+ * pool's first free: loading weights, a first forward pass; later, once
+ * GROW_RUN reservations in a row freed nothing: optimizer state, a new peak),
+ * while the device stays more than half free: a block of whole granules of at
+ * most a quarter of a chunk of total >> GROW_CHUNK_SHIFT bytes (40 MiB on an
+ * 80 GiB device, whole granules, at least four) maps up to the next chunk
+ * boundary, each chunk one object, so the next blocks are served without a
+ * driver call. Larger blocks stay one object each: a chunk shared by blocks
+ * that are freed at different times can go back only when all are
  * (bench/results/fit.md). */
 #define GROW_CHUNK_SHIFT 11
+#define GROW_RUN 8
 #define SEG_MIN (2ull << 20)
 #define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
 #define ROOM_MARGIN_SHIFT 3  /* ... and a query whenever the answer is within total/8 of half free */
@@ -112,7 +115,8 @@ typedef struct arena {
   uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
   uint64_t chunk;          /* growth in chunks of this many granules for the map at hand
                               (objects cut on chunk boundaries); 0: none */
-  uint64_t frees;          /* blocks freed in this pool so far */
+  bool freed;              /* a block of this pool was freed */
+  uint32_t free_op;        /* `ops` at the last free */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
   /* has_room's view of the device: its free and total memory at the last

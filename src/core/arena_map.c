@@ -358,9 +358,10 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     /* the device's free memory is asked only when the answer can change the objects */
     if ((whole || a->room_omax > a->omax) && has_room(a, need)) {
       if (a->room_omax > a->omax) a->omax = a->room_omax;
-      uint64_t c = a->frees ? 0 : (a->room_total >> GROW_CHUNK_SHIFT) >> a->gshift;
+      bool run = !a->freed || (uint32_t)(a->ops - a->free_op) >= GROW_RUN; /* no free lately */
+      uint64_t c = run ? (a->room_total >> GROW_CHUNK_SHIFT) >> a->gshift : 0;
       if (whole && c >= 4 && (g1 - g0 + 1) * 4 <= c) {
-        a->chunk = c; /* nothing freed yet: grow to the chunk boundary below */
+        a->chunk = c; /* nothing freed lately: grow to the chunk boundary below */
       } else if (whole) {
         a->own_lo = g0; /* a block of whole granules: one object */
         a->own_hi = g1;
@@ -373,7 +374,7 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
-  /* growth to the next chunk boundary: the default before the first free
+  /* growth to the next chunk boundary: the default in a run without frees
    * (a->chunk), CM_OBJECT_AUTO with room (AUTO_CHUNK) */
   uint64_t step = a->chunk;
   if (room) step = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;

@@ -25,11 +25,12 @@
  * create + one map instead of one per granule), and other runs are cut into
  * objects of up to total >> OBJECT_ROOM_SHIFT bytes (two granules on an
  * 80 GiB device, one below 32 GiB, so what a partly used object keeps from a
- * trim stays a sliver of the device). Until the pool's first free (weights
- * being loaded, a first forward pass), a block of whole granules of at most
- * a quarter of a chunk (total >> GROW_CHUNK_SHIFT: 40 MiB on 80 GiB) maps up
- * to the next chunk boundary instead, one object per chunk, so the next
- * small blocks need no driver call. CM_OBJECT_AUTO: whole
+ * trim stays a sliver of the device). In a run of reservations without a
+ * free (until the pool's first free: weights being loaded, a first forward
+ * pass; later, once GROW_RUN reservations in a row freed nothing), a block of
+ * whole granules of at most a quarter of a chunk (total >> GROW_CHUNK_SHIFT:
+ * 40 MiB on 80 GiB) maps up to the next chunk boundary instead, one object
+ * per chunk, so the next small blocks need no driver call. CM_OBJECT_AUTO: whole
  * runs, grown to 20 MiB steps, while the device stays more than half free.
  * Whether it does is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
@@ -593,7 +594,8 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
 
 static void on_free(cm__pool *p, cm__slice *sl) {
   arena *a = AR(p);
-  a->frees++;
+  a->freed = true;
+  a->free_op = a->ops;
   ablk *b = BLK(sl);
   region *r = b->rg;
   if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;

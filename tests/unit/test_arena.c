@@ -434,7 +434,7 @@ static void vm_default_objects_large_device(void) {
  * pool to the next chunk boundary, one object per chunk: the blocks that
  * follow need no driver call. Larger blocks are one object each; after the
  * first free, or with the device half used, growth is exact again. */
-static void vm_default_grows_in_chunks_before_first_free(void) {
+static void vm_default_grows_in_chunks_without_frees(void) {
   cm_manager_t *m = mk_arena(sim(80 * GiB, true, 0));
   ASSERT(m != NULL);
   cm_handle_t h[16];
@@ -459,17 +459,36 @@ static void vm_default_grows_in_chunks_before_first_free(void) {
   cm_manager_cleanup(m, true);
   EXPECT_EQ(held(m), 40 * MiB + 44 * MiB);
   EXPECT_EQ(stats(m).releases, 1);
-  /* after a free, growth is exact: each 4 MiB block maps its own 4 MiB */
-  for (int i = 0; i < 3; i++) {
+  /* after a free, growth is exact: each 4 MiB block maps its own 4 MiB
+   * (they go to the hole the chunk left, 0..40 MiB) */
+  for (int i = 0; i < 7; i++) {
     uint64_t c0 = stats(m).creates, h0 = held(m);
     h[i] = res(m, 4 * MiB);
     EXPECT_EQ(held(m), h0 + 4 * MiB);
     EXPECT_EQ(stats(m).creates, c0 + 1);
   }
+  /* the eighth reservation in a row without a free grows to the chunk
+   * boundary again (28..40 MiB, one object); the next two need no call */
+  uint64_t c0 = stats(m).creates, h0 = held(m);
+  h[7] = res(m, 4 * MiB);
+  EXPECT_EQ(held(m), h0 + 12 * MiB);
+  EXPECT_EQ(stats(m).creates, c0 + 1);
+  h[8] = res(m, 4 * MiB);
+  h[9] = res(m, 4 * MiB);
+  EXPECT_EQ(held(m), h0 + 12 * MiB);
+  EXPECT_EQ(stats(m).creates, c0 + 1);
+  /* a free ends the run: exact growth again */
+  cm_handle_release(h[9]);
+  h[9] = res(m, 4 * MiB); /* into the hole the free left */
+  h[13] = res(m, 4 * MiB);
+  EXPECT_EQ(held(m), h0 + 16 * MiB);
+  EXPECT_EQ(stats(m).creates, c0 + 2);
   EXPECT_EQ(stats(m).violations, 0);
   CHECK_CLEAN(m);
-  for (int i = 0; i < 3; i++) cm_handle_release(h[i]);
+  for (int i = 0; i < 14; i++)
+    if (i < 10 || i == 13) cm_handle_release(h[i]);
   for (int i = 10; i < 13; i++) cm_handle_release(h[i]);
+  CHECK_CLEAN(m);
   cm_manager_destroy(m);
   /* a device half used before the first free: exact growth, one object per granule */
   m = mk_arena(sim(80 * GiB, true, 0));
@@ -712,7 +731,7 @@ int main(void) {
   CM_RUN(vm_auto_objects);
   CM_RUN(vm_default_objects);
   CM_RUN(vm_default_objects_large_device);
-  CM_RUN(vm_default_grows_in_chunks_before_first_free);
+  CM_RUN(vm_default_grows_in_chunks_without_frees);
   CM_RUN(vm_trim_gives_back_whole_objects);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
