@@ -429,11 +429,12 @@ static void vm_default_objects_large_device(void) {
   cm_manager_destroy(m);
 }
 
-/* Before the pool's first free, on a device more than half free, blocks of
- * whole granules up to a quarter of a chunk (80 GiB >> 11 = 40 MiB) grow the
- * pool to the next chunk boundary, one object per chunk: the blocks that
- * follow need no driver call. Larger blocks are one object each; after the
- * first free, or with the device half used, growth is exact again. */
+/* In a run of reservations without a free (before the pool's first free, or
+ * once eight in a row freed nothing), on a device more than half free, blocks
+ * of whole granules up to a quarter of a chunk (80 GiB >> 11 = 40 MiB) grow
+ * the pool to the next chunk boundary, one object per chunk: the blocks that
+ * follow need no driver call. Larger blocks are one object each; right after
+ * a free, or with the device half used, growth is exact. */
 static void vm_default_grows_in_chunks_without_frees(void) {
   cm_manager_t *m = mk_arena(sim(80 * GiB, true, 0));
   ASSERT(m != NULL);
