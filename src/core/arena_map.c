@@ -258,12 +258,6 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
 
 
 
-/* Does `add` more bytes fit the device's free memory, as the storage reports
- * it less what dry runs counted without mapping (dry_bytes, every pool on
- * this storage)? So an eager and a dry run of one sequence see the same
- * figure. Returns false when the storage does not report its memory;
- * otherwise *fits, and when it fits *left (free memory after `add`) and
- * *total. */
 /* Does `add` more bytes fit free_b bytes of free device memory, less what dry
  * runs counted without mapping? *left: free memory after `add` (0 if not). */
 static bool fits_free(const arena *a, uint64_t free_b, uint64_t add, uint64_t *left) {
@@ -273,6 +267,11 @@ static bool fits_free(const arena *a, uint64_t free_b, uint64_t add, uint64_t *l
   return fits;
 }
 
+/* Does `add` more bytes fit the device's free memory, as the storage reports
+ * it less what dry runs counted without mapping (dry_bytes, every pool on
+ * this storage)? So an eager and a dry run of one sequence see the same
+ * figure. Returns false when the storage does not report its memory;
+ * otherwise *fits, *left (free memory after `add`) and *total. */
 static bool device_fits(const arena *a, uint64_t add, bool *fits, uint64_t *left, uint64_t *total) {
   uint64_t free_b = 0;
   if (cm_storage_mem_info(a->st, &free_b, total) != CM_OK || *total == 0) return false;
