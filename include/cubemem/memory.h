@@ -235,7 +235,9 @@ CM_API CM_NODISCARD int cm_manager_create(cm_storage_t *storage, const cm_manage
                                           cm_manager_t **out, cm_diag_t *diag);
 /* Destroy the manager, its pools and its storage. Handles and bindings still
  * held by users stay valid objects (their lookups fail with CM_ENOTFOUND on
- * no manager; releasing them is safe) but no longer refer to memory. NULL ok. */
+ * no manager; releasing them is safe) but no longer refer to memory. It must
+ * not race with a release of one of its handles or bindings on another
+ * thread (such a release may be queuing into the manager). NULL ok. */
 CM_API void cm_manager_destroy(cm_manager_t *m);
 
 /* Reserve `size` bytes (spec §5.4). *out receives a new handle reference.

@@ -20,10 +20,10 @@ uint64_t cm_debug_double_releases(void) {
   return atomic_load_explicit(&g_dead_releases, memory_order_relaxed);
 }
 
-/* A release found rc == 0 after its decrement wrapped the count (`old` is
- * the state before it): undo it, count it, report it at a debug level. */
+/* A release found rc == 0 already (`old` is the state it saw): the count
+ * was left alone; undo the handle count, count the misuse, report it at a
+ * debug level. */
 static void dead_release(cm_desc_t *d, uint64_t old, bool handle) {
-  atomic_fetch_add_explicit(&d->state, CM__RC_ONE, memory_order_acq_rel);
   if (handle) atomic_fetch_add_explicit(&d->hc, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&g_dead_releases, 1, memory_order_relaxed);
   cm__inbox *in = (old & CM__OWNED) ? atomic_load_explicit(&d->inbox, memory_order_acquire) : NULL;
@@ -82,29 +82,44 @@ static void push_inbox(cm_desc_t *d) {
                                                   memory_order_relaxed));
 }
 
-/* Drop one user reference: one fetch_sub on the common path. When rc reaches
- * zero on an owned descriptor this thread alone may queue it (the manager
- * takes a slice again only after draining it), so QUEUED is set with a
- * fetch_or and the descriptor pushed unless it already was queued. */
+/* A test seam: runs after a release made an owned descriptor's count zero
+ * and before it is pushed (tests widen that window with it). */
+#ifndef CM__DESC_AFTER_LAST_UNREF
+#define CM__DESC_AFTER_LAST_UNREF(d) ((void)0)
+#endif
+
+/* Drop one user reference: one compare-and-swap. The release that takes an
+ * owned descriptor's count to zero sets QUEUED in the same swap, so from
+ * then until the manager drains it nobody frees the descriptor: not a
+ * detach (it sees QUEUED), not a second release after the owner took a new
+ * reference in between (it sees QUEUED and leaves the push to this one).
+ * A count that is already zero is a double release: left as it is. */
 static inline void desc_unref(cm_desc_t *d, bool handle) {
-  uint64_t old = atomic_fetch_sub_explicit(&d->state, CM__RC_ONE, memory_order_acq_rel);
-  if (old >= 2 * CM__RC_ONE) return;                 /* other references remain */
-  if (old < CM__RC_ONE) {                             /* none was left: misuse */
-    dead_release(d, old, handle);
-    return;
-  }
-  if (old == CM__RC_ONE) {                            /* unowned, unqueued: last one */
+  uint64_t old = atomic_load_explicit(&d->state, memory_order_relaxed);
+  uint64_t now;
+  do {
+    if (old < CM__RC_ONE) { /* none was left: misuse */
+      dead_release(d, old, handle);
+      return;
+    }
+    now = old - CM__RC_ONE;
+    if (now == CM__OWNED) now |= CM__QUEUED; /* owned, last reference, not queued */
+  } while (!atomic_compare_exchange_weak_explicit(&d->state, &old, now, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  if (old == CM__RC_ONE) { /* unowned, unqueued: this was the last reference */
     free(d);
     return;
   }
-  if (!(old & CM__OWNED)) return;                     /* unowned but queued: drain frees */
-  uint64_t prev = atomic_fetch_or_explicit(&d->state, CM__QUEUED, memory_order_acq_rel);
-  if (!(prev & CM__QUEUED)) push_inbox(d);
+  if (now == (CM__OWNED | CM__QUEUED) && !(old & CM__QUEUED)) {
+    CM__DESC_AFTER_LAST_UNREF(d);
+    push_inbox(d);
+  }
 }
 
+/* The inbox pointer stays: a release that queued the descriptor just before
+ * this detach still pushes it there, and the drain frees it. */
 void cm__desc_detach(cm_desc_t *d) {
   d->slice = NULL;
-  atomic_store_explicit(&d->inbox, NULL, memory_order_relaxed);
   uint64_t old = atomic_fetch_and_explicit(&d->state, ~CM__OWNED, memory_order_acq_rel);
   if ((old & ~CM__OWNED) == 0) free(d);
 }

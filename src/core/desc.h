@@ -8,18 +8,25 @@
  *           counted; it is the OWNED bit)
  *   OWNED   a slice of some manager owns this descriptor
  *   QUEUED  the descriptor sits in (or is being pushed to) its owner's inbox
- * Transitions:
- *   user release, rc 1 -> 0, OWNED   : set QUEUED, push to inbox (any thread)
- *   user release, rc 1 -> 0, !OWNED  : free the descriptor
+ * Transitions (each user release is one compare-and-swap):
+ *   user release, rc 1 -> 0, OWNED, !QUEUED : set QUEUED in the same swap,
+ *                                      then push to the inbox (any thread)
+ *   user release, rc 1 -> 0, OWNED, QUEUED  : nothing more (the owner took a
+ *                                      new reference while it was queued)
+ *   user release, rc 1 -> 0, !OWNED  : free the descriptor (unless QUEUED)
  *   drain (device thread)            : clear QUEUED; OWNED && rc == 0 -> the
  *                                      slice is free; !OWNED && rc == 0 -> free
- *   detach (device thread)           : clear OWNED; state == 0 -> free
- * A descriptor is therefore freed exactly once, by whoever makes the state 0.
+ *   detach (device thread)           : clear OWNED; state == 0 -> free. The
+ *                                      inbox pointer stays, for a push that
+ *                                      may still be on its way.
+ * A descriptor is therefore freed exactly once, by whoever makes the state 0,
+ * and never while a push is pending: QUEUED is set before the push starts.
+ * The owner may take a new reference to a used slice whose count a release
+ * just made zero (capture pins do): that is safe because of the above.
  * `hc` counts user handles only (can_mut iff hc <= 1).
- * Misuse: a release that finds rc == 0 (a double release) would wrap rc
- * around and leave the slice used forever. desc_unref sees it on its slow
- * path (the rc >= 2 fast path is unchanged): the decrement is undone, the
- * owner inbox's dead_releases and a process-wide counter are incremented,
+ * Misuse: a release that finds rc == 0 (a double release) must not wrap rc
+ * around, which would leave the slice used forever. desc_unref sees it
+ * before it swaps: the count is left as it is, the owner inbox's dead_releases and a process-wide counter are incremented,
  * and, with a debug level (cm_debug_set_level / CM_DEBUG; see base/debug.h),
  * it is logged or aborts. A release of a reference to a descriptor already
  * freed (unowned, last reference gone) is a use-after-free that cannot be
@@ -53,7 +60,7 @@ typedef struct cm__inbox {
 struct cm_desc {
   _Atomic uint64_t state;           /* see above */
   _Atomic uint32_t hc;              /* user handles */
-  _Atomic(cm__inbox *) inbox;       /* owner's inbox while OWNED */
+  _Atomic(cm__inbox *) inbox;       /* owner's inbox (the last one, once detached) */
   cm_desc_t *next;                  /* inbox link (written before publication) */
   uint64_t id;                      /* descriptor id (process-wide counter) */
   /* --- owner-thread fields --- */
