@@ -26,8 +26,9 @@
  * `hc` counts user handles only (can_mut iff hc <= 1).
  * Misuse: a release that finds rc == 0 (a double release) must not wrap rc
  * around, which would leave the slice used forever. desc_unref sees it
- * before it swaps: the count is left as it is, the owner inbox's dead_releases and a process-wide counter are incremented,
- * and, with a debug level (cm_debug_set_level / CM_DEBUG; see base/debug.h),
+ * before it swaps: the count is left as it is, the owner inbox's
+ * dead_releases and a process-wide counter are incremented, and, with a
+ * debug level (cm_debug_set_level / CM_DEBUG; see base/debug.h),
  * it is logged or aborts. A release of a reference to a descriptor already
  * freed (unowned, last reference gone) is a use-after-free that cannot be
  * detected here.
