@@ -406,6 +406,15 @@ typedef struct batch {
   uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
 } batch;
 
+/* The configured object size, no block-owned granules, no chunk growth: the
+ * state between two placements' maps (and at creation). */
+static inline void objects_default(arena *a) {
+  a->omax = a->ocfg;
+  a->own_lo = 1;
+  a->own_hi = 0;
+  a->chunk = 0;
+}
+
 /* ---- arena_map.c --------------------------------------------------------------------- */
 
 /* Add object [s, s+n) of r to unmap batch b, flushing what cannot join. */

@@ -323,14 +323,6 @@ static bool has_room(arena *a, uint64_t need) {
   }
 }
 
-/* Back to the configured object size after a placement's map. */
-static inline void objects_default(arena *a) {
-  a->omax = a->ocfg;
-  a->own_lo = 1;
-  a->own_hi = 0;
-  a->chunk = 0;
-}
-
 /* Map what placing span s in free block b (at place_off) needs; `lazy`: count
  * the granules as mapped without mapping them (dry run), with the very same
  * trimming and batching decisions, so a dry run places as an eager run does. */

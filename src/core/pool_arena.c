@@ -830,9 +830,7 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
       uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;
       a->room_omax = n < UINT32_MAX ? n : UINT32_MAX;
     }
-    a->own_lo = 1;
-    a->own_hi = 0;
-    a->chunk = 0;
+    objects_default(a);
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;
