@@ -82,6 +82,7 @@ def forced_under(path, ceilings, gran=GRAN, align=ALIGN):
     return (3 * forced + 1) / max(allocs, 1)
 
 
+@functools.lru_cache(maxsize=64)
 def pytorch_run(path, torchsim_dir):
     """Run torchsim (sim.py in `torchsim_dir`, in place) on trace `path` in
     both of PyTorch's modes, 80 GiB device. Returns ({mode: running peak of
@@ -91,7 +92,8 @@ def pytorch_run(path, torchsim_dir):
     cuMemSetAccess per mapping, a cuMemUnmap and a cuMemRelease per page
     unmapped, a cuMemAddressReserve per segment opened (expandable). A malloc
     that fails raises torchsim's OOM: run it where the trace fits (80 GiB does
-    for every shared trace)."""
+    for every shared trace). Cached: the bound and its checks run torchsim once
+    per trace; callers must not modify what it returns."""
     import sys
     if torchsim_dir not in sys.path:
         sys.path.insert(0, torchsim_dir)
