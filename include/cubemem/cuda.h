@@ -96,8 +96,10 @@ CM_API CM_NODISCARD int cm_cuda_device_count(int *out, cm_diag_t *diag);
 
 /* Device storage on `stream` (a CUstream, or NULL for the legacy default
  * stream; a given stream must outlive the storage). The storage holds a
- * reference to dev. Its statistics measure time spent in the driver
- * (cm_storage_stats time_ns). Errors: CM_EINVAL, CM_ENOMEM. Thread-safe. */
+ * reference to dev. Its statistics measure time spent in the driver from
+ * the start (cm_storage_stats time_ns, and call_ns by kind of driver call;
+ * cm_storage_set_timing turns it off). Errors: CM_EINVAL, CM_ENOMEM.
+ * Thread-safe. */
 CM_API CM_NODISCARD int cm_cuda_storage_create(cm_cuda_device_t *dev, void *stream,
                                                cm_cuda_allocator_t kind, cm_storage_t **out,
                                                cm_diag_t *diag);

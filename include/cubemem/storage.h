@@ -33,6 +33,20 @@ typedef struct cm_resource {
 
 /* Backend operations. Required: alloc, dealloc, get. Others may be NULL.
  * Every callback receives the backend context given to cm_storage_create(). */
+/* Time a backend spent in each kind of driver call, in nanoseconds, while
+ * timing was on (cm_storage_set_timing). Backends that call no driver (the
+ * simulated device, host memory) report zeros. */
+typedef struct cm_call_times {
+  uint64_t creates, maps, set_access; /* cuMemCreate, cuMemMap, cuMemSetAccess */
+  uint64_t unmaps, releases;          /* cuMemUnmap, cuMemRelease */
+  uint64_t allocs, frees;             /* plain allocations and frees (cuMemAlloc, cuMemAllocAsync,
+                                         cuMemAllocHost; cuMemFree, cuMemFreeAsync, cuMemFreeHost) */
+  uint64_t reserves, address_frees;   /* cuMemAddressReserve, cuMemAddressFree */
+  uint64_t syncs;                     /* waits for the storage's stream (or context) to go idle
+                                         before memory it used is unmapped or freed */
+  uint64_t mem_queries;               /* cuMemGetInfo */
+} cm_call_times_t;
+
 typedef struct cm_storage_ops {
   const char *name; /* short backend name used in messages, e.g. "sim" */
   /* Alignment the backend allocates with (informational; pools use the device
@@ -112,6 +126,14 @@ typedef struct cm_storage_ops {
   /* Bytes of device memory free now and in total; either may be 0 when
    * unknown. Used by dry runs to hit the limits a real run would. */
   int (*mem_info)(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes);
+
+  /* --- optional: time by driver call (backends that call a driver) -------- */
+  /* Start (on) or stop timing each driver call; called by
+   * cm_storage_set_timing. Off when the context is made. */
+  void (*set_timing)(void *ctx, bool on);
+  /* The time spent in each kind of driver call so far (cumulative, zero
+   * while timing never was on). Called from any thread (cm_storage_stats). */
+  void (*call_times)(void *ctx, cm_call_times_t *out);
 } cm_storage_ops_t;
 
 typedef struct cm_storage cm_storage_t;
@@ -146,6 +168,9 @@ typedef struct cm_storage_stats {
   uint64_t errors;          /* backend calls that failed other than for memory (EOOM) */
   uint64_t violations;      /* of which refused as contract violations (EINVAL, EHANDLE) */
   uint64_t mem_queries;     /* cm_storage_mem_info calls (cuMemGetInfo on CUDA) */
+  /* Time (timing on) by kind of driver call, from the backend's call_times
+   * (zeros without one: the simulated device, host memory). */
+  cm_call_times_t call_ns;
 } cm_storage_stats_t;
 
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns
@@ -176,8 +201,9 @@ CM_API CM_NODISCARD int cm_storage_get(cm_storage_t *s, uint64_t id, uint64_t of
  * not know). Errors: CM_ENOTSUP (no mem_info), the backend's error. */
 CM_API CM_NODISCARD int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes,
                                             uint64_t *total_bytes);
-/* Measure the time spent in backend calls (stats.time_ns); off by default
- * because it costs two clock reads per call. */
+/* Measure the time spent in backend calls (stats.time_ns and the time_*_ns
+ * by operation) and, for backends with set_timing, in each driver call
+ * (stats.call_ns); off by default because it costs two clock reads per call. */
 CM_API void cm_storage_set_timing(cm_storage_t *s, bool on);
 
 /* Events (for cross-stream pins and drop-queue fences). A storage without

@@ -44,6 +44,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "base/util.h"
 #include "cubemem/cuda.h"
 #include "ptr/u64map.h"
 
@@ -183,6 +184,12 @@ typedef struct entry {
   size_t nmaps, capmaps;
 } entry;
 
+/* Kinds of timed driver calls (cm_call_times_t's fields, in its order). */
+typedef enum cu_call {
+  CU_CREATE, CU_MAP, CU_SET_ACCESS, CU_UNMAP, CU_RELEASE, CU_ALLOC, CU_FREE, CU_RESERVE,
+  CU_ADDRESS_FREE, CU_SYNC, CU_MEM_QUERY, CU_NCALLS
+} cu_call;
+
 typedef struct cuda_storage {
   cm_cuda_device_t *dev;
   CUstream stream;
@@ -197,7 +204,23 @@ typedef struct cuda_storage {
   bool retired;           /* the stream is gone: wait with cuCtxSynchronize, free with cuMemFree */
   struct cuda_storage *st_prev, *st_next; /* the device's list of storages (dev->lock) */
   _Atomic uint64_t async_allocs, sync_allocs, async_fallbacks, free_errors, npending;
+  _Atomic bool timing;              /* time each driver call (cm_storage_set_timing) */
+  _Atomic uint64_t call_ns[CU_NCALLS]; /* time by kind of call (cu_call), while timing */
 } cuda_storage;
+
+/* Run `expr` (one driver call of kind k on storage s), adding the time it
+ * took to s->call_ns[k] when timing is on. */
+#define CU_TIMED(s, k, expr)                                                              \
+  do {                                                                                    \
+    if (atomic_load_explicit(&(s)->timing, memory_order_relaxed)) {                       \
+      uint64_t t0__ = cm__now_ns();                                                       \
+      expr;                                                                               \
+      atomic_fetch_add_explicit(&(s)->call_ns[k], cm__now_ns() - t0__,                    \
+                                memory_order_relaxed);                                    \
+    } else {                                                                              \
+      expr;                                                                               \
+    }                                                                                     \
+  } while (0)
 
 /* cuda.c */
 

@@ -78,26 +78,34 @@ int cm__cuda_free_entry_memory(cuda_storage *s, entry *e) {
   CUresult r = CUDA_SUCCESS;
   switch (e->kind) {
     case K_ZERO: break;
-    case K_SYNC: r = a->MemFree(e->ptr); break;
+    case K_SYNC: CU_TIMED(s, CU_FREE, r = a->MemFree(e->ptr)); break;
     case K_ASYNC:
       /* Stream-ordered free; errors are ignored as the reference does, but
        * counted. A retired storage's stream is gone: its callers waited for
        * the context, so a plain free is safe. */
-      if (s->retired) r = a->MemFree(e->ptr);
-      else if (a->MemFreeAsync(e->ptr, s->stream) != CUDA_SUCCESS)
-        atomic_fetch_add(&s->free_errors, 1);
+      if (s->retired) {
+        CU_TIMED(s, CU_FREE, r = a->MemFree(e->ptr));
+      } else {
+        CUresult fr;
+        CU_TIMED(s, CU_FREE, fr = a->MemFreeAsync(e->ptr, s->stream));
+        if (fr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+      }
       break;
-    case K_HOST: r = a->MemFreeHost((void *)(uintptr_t)e->ptr); break;
-    case K_VM:
-      if (cm__cuda_wait_idle(s) != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+    case K_HOST: CU_TIMED(s, CU_FREE, r = a->MemFreeHost((void *)(uintptr_t)e->ptr)); break;
+    case K_VM: {
+      CUresult wr;
+      CU_TIMED(s, CU_SYNC, wr = cm__cuda_wait_idle(s));
+      if (wr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
       for (size_t i = 0; i < e->nmaps; i++) {
-        if (a->MemUnmap(e->ptr + e->maps[i].offset, e->maps[i].size) != CUDA_SUCCESS ||
-            a->MemRelease(e->maps[i].handle) != CUDA_SUCCESS)
-          atomic_fetch_add(&s->free_errors, 1);
+        CUresult ur, rr = CUDA_SUCCESS;
+        CU_TIMED(s, CU_UNMAP, ur = a->MemUnmap(e->ptr + e->maps[i].offset, e->maps[i].size));
+        if (ur == CUDA_SUCCESS) CU_TIMED(s, CU_RELEASE, rr = a->MemRelease(e->maps[i].handle));
+        if (ur != CUDA_SUCCESS || rr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
       }
       e->nmaps = 0;
-      r = a->MemAddressFree(e->ptr, e->reserved);
+      CU_TIMED(s, CU_ADDRESS_FREE, r = a->MemAddressFree(e->ptr, e->reserved));
       break;
+    }
   }
   if (r != CUDA_SUCCESS) {
     atomic_fetch_add(&s->free_errors, 1);
@@ -133,7 +141,7 @@ static int dev_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag
     bool done = false;
     if (s->kind == CM_CUDA_ASYNC) {
       if (s->async_ok && !s->retired) {
-        r = a->MemAllocAsync(&e->ptr, (size_t)size, s->stream);
+        CU_TIMED(s, CU_ALLOC, r = a->MemAllocAsync(&e->ptr, (size_t)size, s->stream));
         if (r == CUDA_SUCCESS) {
           e->kind = K_ASYNC;
           done = true;
@@ -143,7 +151,7 @@ static int dev_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag
       if (!done) atomic_fetch_add(&s->async_fallbacks, 1);
     }
     if (!done) {
-      r = a->MemAlloc(&e->ptr, (size_t)size);
+      CU_TIMED(s, CU_ALLOC, r = a->MemAlloc(&e->ptr, (size_t)size));
       if (r == CUDA_SUCCESS) {
         e->kind = K_SYNC;
         done = true;
@@ -190,7 +198,9 @@ static int dev_flush(void *ctx) {
   if (!s->pending) return CM_OK;
   int pushed = cm__cuda_ctx_push(s->dev, NULL);
   int rc = CM_OK;
-  if (pushed == CM_OK && s->retired && s->dev->api.CtxSynchronize() != CUDA_SUCCESS) {
+  CUresult sr = CUDA_SUCCESS;
+  if (pushed == CM_OK && s->retired) CU_TIMED(s, CU_SYNC, sr = s->dev->api.CtxSynchronize());
+  if (sr != CUDA_SUCCESS) {
     /* Work of the destroyed stream may still use this memory: keep it queued. */
     cm__cuda_ctx_pop(s->dev);
     atomic_fetch_add(&s->free_errors, 1);
@@ -323,7 +333,30 @@ static void dev_event_destroy(void *ctx, void *event) {
 
 static int dev_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
   cuda_storage *s = ctx;
-  return cm_cuda_device_mem_info(s->dev, free_bytes, total_bytes, NULL);
+  int rc;
+  CU_TIMED(s, CU_MEM_QUERY, rc = cm_cuda_device_mem_info(s->dev, free_bytes, total_bytes, NULL));
+  return rc;
+}
+
+static void set_timing(void *ctx, bool on) {
+  atomic_store_explicit(&((cuda_storage *)ctx)->timing, on, memory_order_relaxed);
+}
+
+static void call_times(void *ctx, cm_call_times_t *out) {
+  cuda_storage *s = ctx;
+  uint64_t v[CU_NCALLS];
+  for (int k = 0; k < CU_NCALLS; k++) v[k] = atomic_load_explicit(&s->call_ns[k], memory_order_relaxed);
+  *out = (cm_call_times_t){.creates = v[CU_CREATE],
+                           .maps = v[CU_MAP],
+                           .set_access = v[CU_SET_ACCESS],
+                           .unmaps = v[CU_UNMAP],
+                           .releases = v[CU_RELEASE],
+                           .allocs = v[CU_ALLOC],
+                           .frees = v[CU_FREE],
+                           .reserves = v[CU_RESERVE],
+                           .address_frees = v[CU_ADDRESS_FREE],
+                           .syncs = v[CU_SYNC],
+                           .mem_queries = v[CU_MEM_QUERY]};
 }
 
 static const cm_storage_ops_t k_cuda_ops = {
@@ -344,6 +377,8 @@ static const cm_storage_ops_t k_cuda_ops = {
     .vm_map = cm__cuda_vm_map,
     .vm_unmap = cm__cuda_vm_unmap,
     .vm_release = cm__cuda_vm_release,
+    .set_timing = set_timing,
+    .call_times = call_times,
 };
 
 /* pinned host memory */
@@ -366,7 +401,8 @@ static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *dia
       return rc;
     }
     void *p = NULL;
-    CUresult r = a->MemAllocHost(&p, (size_t)size);
+    CUresult r;
+    CU_TIMED(s, CU_ALLOC, r = a->MemAllocHost(&p, (size_t)size));
     cm__cuda_ctx_pop(s->dev);
     if (r != CUDA_SUCCESS) {
       free(e);
@@ -388,7 +424,7 @@ static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *dia
   int rc = cm__cuda_add_entry(s, e, out_id);
   if (rc != CM_OK) {
     if (e->kind == K_HOST && cm__cuda_ctx_push(s->dev, NULL) == CM_OK) {
-      (void)a->MemFreeHost((void *)(uintptr_t)e->ptr);
+      CU_TIMED(s, CU_FREE, (void)a->MemFreeHost((void *)(uintptr_t)e->ptr));
       cm__cuda_ctx_pop(s->dev);
     }
     free(e);

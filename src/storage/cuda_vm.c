@@ -35,7 +35,8 @@ int cm__cuda_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *d
     free(e);
     return rc;
   }
-  CUresult r = a->MemAddressReserve(&e->ptr, (size_t)rsize, (size_t)s->granularity, 0, 0);
+  CUresult r;
+  CU_TIMED(s, CU_RESERVE, r = a->MemAddressReserve(&e->ptr, (size_t)rsize, (size_t)s->granularity, 0, 0));
   if (r != CUDA_SUCCESS) {
     cm__cuda_ctx_pop(s->dev);
     free(e);
@@ -47,7 +48,7 @@ int cm__cuda_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *d
   e->reserved = rsize;
   rc = cm__cuda_add_entry(s, e, out_id);
   if (rc != CM_OK) {
-    (void)a->MemAddressFree(e->ptr, (size_t)rsize);
+    CU_TIMED(s, CU_ADDRESS_FREE, (void)a->MemAddressFree(e->ptr, (size_t)rsize));
     cm__cuda_ctx_pop(s->dev);
     free(e);
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a reservation record");
@@ -85,12 +86,15 @@ static size_t unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
   size_t failed = 0, w = i;
   for (size_t k = i; k < i + n; k++) {
     vm_mapping m = e->maps[k];
-    if (a->MemUnmap(e->ptr + m.offset, (size_t)m.size) != CUDA_SUCCESS) {
+    CUresult r;
+    CU_TIMED(s, CU_UNMAP, r = a->MemUnmap(e->ptr + m.offset, (size_t)m.size));
+    if (r != CUDA_SUCCESS) {
       failed++;
       e->maps[w++] = m; /* still mapped: keep the record */
       continue;
     }
-    if (a->MemRelease(m.handle) != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+    CU_TIMED(s, CU_RELEASE, r = a->MemRelease(m.handle));
+    if (r != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
   }
   memmove(e->maps + w, e->maps + i + n, (e->nmaps - i - n) * sizeof *e->maps);
   e->nmaps -= i + n - w;
@@ -140,14 +144,14 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
   for (; done < n; done++) {
     CUmemGenericAllocationHandle h = 0;
     uint64_t off = offset + done * piece;
-    r = a->MemCreate(&h, (size_t)piece, &s->prop, 0);
+    CU_TIMED(s, CU_CREATE, r = a->MemCreate(&h, (size_t)piece, &s->prop, 0));
     if (r != CUDA_SUCCESS) {
       what = "cuMemCreate";
       break;
     }
-    r = a->MemMap(e->ptr + off, (size_t)piece, 0, h, 0);
+    CU_TIMED(s, CU_MAP, r = a->MemMap(e->ptr + off, (size_t)piece, 0, h, 0));
     if (r != CUDA_SUCCESS) {
-      (void)a->MemRelease(h);
+      CU_TIMED(s, CU_RELEASE, (void)a->MemRelease(h));
       what = "cuMemMap";
       break;
     }
@@ -163,7 +167,7 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
       if (s->dev->peers & (1ull << p))
         acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, p},
                                        .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    r = a->MemSetAccess(e->ptr + offset, (size_t)size, acc, nacc);
+    CU_TIMED(s, CU_SET_ACCESS, r = a->MemSetAccess(e->ptr + offset, (size_t)size, acc, nacc));
     if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
   }
   e->nmaps += done;
@@ -206,7 +210,8 @@ int cm__cuda_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
     pthread_mutex_unlock(&s->dev->lock);
     return rc;
   }
-  CUresult r = cm__cuda_wait_idle(s); /* queued work may still use the pages */
+  CUresult r;
+  CU_TIMED(s, CU_SYNC, r = cm__cuda_wait_idle(s)); /* queued work may still use the pages */
   if (r != CUDA_SUCCESS) {
     cm__cuda_ctx_pop(s->dev);
     pthread_mutex_unlock(&s->dev->lock);

@@ -200,6 +200,16 @@ static int faulty_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_byte
   return c->iops->mem_info(c->ictx, free_bytes, total_bytes);
 }
 
+static void faulty_set_timing(void *ctx, bool on) {
+  faulty_ctx *c = ctx;
+  c->iops->set_timing(c->ictx, on);
+}
+
+static void faulty_call_times(void *ctx, cm_call_times_t *out) {
+  faulty_ctx *c = ctx;
+  c->iops->call_times(c->ictx, out);
+}
+
 int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
                              cm_storage_t **out) {
   if (!out) return CM_EINVAL;
@@ -237,6 +247,8 @@ int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
   if (io->vm_release) c->ops.vm_release = faulty_vm_release;
   if (io->mem_info) c->ops.mem_info = faulty_mem_info;
   if (io->poison) c->ops.poison = faulty_poison;
+  if (io->set_timing) c->ops.set_timing = faulty_set_timing;
+  if (io->call_times) c->ops.call_times = faulty_call_times;
 
   rc = cm_storage_create(&c->ops, c, out);
   if (rc) {

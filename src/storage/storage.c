@@ -61,6 +61,7 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   out->errors = atomic_load(&s->errors);
   out->violations = atomic_load(&s->violations);
   out->mem_queries = atomic_load(&s->mem_queries);
+  if (s->ops->call_times) s->ops->call_times(s->ctx, &out->call_ns);
 }
 
 const char *cm_storage_name(const cm_storage_t *s) {
@@ -166,7 +167,9 @@ int cm_storage_mem_info(cm_storage_t *s, uint64_t *free_bytes, uint64_t *total_b
 }
 
 void cm_storage_set_timing(cm_storage_t *s, bool on) {
-  if (s) s->timing = on;
+  if (!s) return;
+  s->timing = on;
+  if (s->ops->set_timing) s->ops->set_timing(s->ctx, on);
 }
 
 uint64_t cm__storage_vm_granularity(cm_storage_t *s) {

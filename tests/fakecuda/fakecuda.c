@@ -49,6 +49,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda_internal.h"
 
@@ -590,6 +591,13 @@ API(CUresult, cuMemAddressFree, (CUdeviceptr p, size_t size)) {
 
 API(CUresult, cuMemCreate, (CUhandle *h, size_t size, const fk_prop *prop, unsigned long long flags)) {
   LOCK();
+  if (G.cfg.create_delay_ns) { /* a driver's latency: spin, so the time is the caller's */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t1);
+    while ((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t1.tv_nsec - t0.tv_nsec) <
+           G.cfg.create_delay_ns);
+  }
   CUresult r = check_vm("cuMemCreate");
   if (r) RET(r);
   r = check_prop("cuMemCreate", prop);

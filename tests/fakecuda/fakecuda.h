@@ -33,6 +33,8 @@
  *   FAKECUDA_MEMPOOL      0: no stream-ordered allocator (attribute 115 = 0,
  *                         cuMemAllocAsync fails with CUDA_ERROR_NOT_SUPPORTED)
  *   FAKECUDA_PEER         0: devices cannot access each other's memory
+ *   FAKECUDA_CREATE_DELAY_NS  cuMemCreate takes at least this long (default 0),
+ *                         so time measured per kind of call can be checked
  *   FAKECUDA_REPORT=PATH  write fakecuda_report() to PATH at process exit
  *   FAKECUDA_VERBOSE=1    print each violation to stderr as it happens
  *
@@ -61,6 +63,7 @@ typedef struct fakecuda_config {
   int async_fails;       /* non-zero: cuMemAllocAsync returns CUDA_ERROR_NOT_SUPPORTED */
   int reuse_streams;     /* cuStreamCreate reuses the handle of the last destroyed stream (default 1) */
   int attribute_limit;   /* non-zero: attributes >= it are unknown (an older driver) */
+  uint64_t create_delay_ns; /* cuMemCreate takes at least this long (a driver's latency) */
   int verbose;
 } fakecuda_config_t;
 

@@ -49,6 +49,7 @@ static void load_config(void) {
   c->peer = (int)env_size("FAKECUDA_PEER", 1) != 0;
   c->reuse_streams = 1;
   c->verbose = (int)env_size("FAKECUDA_VERBOSE", 0) != 0;
+  c->create_delay_ns = env_size("FAKECUDA_CREATE_DELAY_NS", 0);
 }
 
 static void clear_state(void) {

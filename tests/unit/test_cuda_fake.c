@@ -16,6 +16,7 @@
 
 #include "cm_test.h"
 #include "cubemem/cuda.h"
+#include "cubemem/faulty.h"
 #include "cubemem/memory.h"
 #include "cubemem/ptr.h"
 /* The event and VM ops are reached as the manager reaches them: through the
@@ -626,6 +627,77 @@ static void test_fake_vm(void) {
   EXPECT_CLEAN();
 }
 
+/* Time by kind of driver call (cm_storage_stats_t.call_ns): measured only
+ * while timing is on, each call's time in its own kind. The fake's cuMemCreate
+ * is made slow, so its time must land in `creates` and nowhere else. */
+static void test_fake_call_times(void) {
+  fakecuda_config_t *cfg = fake_reset();
+  const uint64_t delay = 4000000; /* 4 ms per cuMemCreate */
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, NULL, CM_CUDA_SYNC, &st, NULL));
+  const uint64_t G = 2u << 20;
+  uint64_t id = 0;
+  cm_storage_stats_t s;
+  cm_storage_set_timing(st, false); /* a CUDA storage times from its creation: off first */
+  ASSERT_OK(cm__storage_vm_reserve(st, 8 * G, &id, NULL));
+  cfg->create_delay_ns = delay;
+  ASSERT_OK(cm__storage_vm_map(st, id, 0, G, G, NULL)); /* timing off: nothing measured */
+  cm_storage_stats(st, &s);
+  EXPECT_EQ(s.call_ns.creates, 0);
+  EXPECT_EQ(s.call_ns.maps + s.call_ns.set_access + s.call_ns.reserves, 0);
+
+  cm_storage_set_timing(st, true);
+  ASSERT_OK(cm__storage_vm_map(st, id, G, 3 * G, G, NULL)); /* 3 creates + 3 maps + 1 access */
+  cm_storage_stats(st, &s);
+  EXPECT(s.call_ns.creates >= 3 * delay);
+  EXPECT(s.call_ns.maps < delay); /* the slow call's time went to its own kind only */
+  EXPECT(s.call_ns.set_access < delay);
+  EXPECT(s.call_ns.creates + s.call_ns.maps + s.call_ns.set_access <= s.time_map_ns);
+  EXPECT_EQ(s.call_ns.reserves, 0); /* reserved before timing was on */
+  uint64_t creates = s.call_ns.creates;
+  ASSERT_OK(cm__storage_vm_unmap(st, id, G, 3 * G, G, NULL));
+  cm_storage_stats(st, &s);
+  EXPECT_EQ(s.call_ns.creates, creates);
+  EXPECT(s.call_ns.unmaps + s.call_ns.releases + s.call_ns.syncs <= s.time_unmap_ns);
+  uint64_t f = 0, tot = 0;
+  ASSERT_OK(cm_storage_mem_info(st, &f, &tot));
+  cm_storage_stats(st, &s);
+  EXPECT(s.call_ns.mem_queries > 0 || tot > 0); /* measured (a clock may read 0 ns for it) */
+
+  cm_storage_set_timing(st, false); /* off again: slow creates are not counted */
+  ASSERT_OK(cm__storage_vm_map(st, id, G, G, G, NULL));
+  cm_storage_stats(st, &s);
+  EXPECT_EQ(s.call_ns.creates, creates);
+  ASSERT_OK(cm__storage_vm_unmap(st, id, 0, 2 * G, G, NULL));
+
+  /* the fault-injecting decorator passes timing through to the CUDA storage */
+  cm_storage_t *fs = NULL;
+  ASSERT_OK(cm_storage_faulty_create(st, NULL, &fs));
+  cm_storage_set_timing(fs, true);
+  ASSERT_OK(cm__storage_vm_map(fs, id, 0, G, G, NULL));
+  cm_storage_stats(fs, &s);
+  EXPECT(s.call_ns.creates >= creates + delay);
+  ASSERT_OK(cm__storage_vm_unmap(fs, id, 0, G, G, NULL));
+  ASSERT_OK(cm__storage_vm_release(fs, id, 8 * G, NULL));
+  cfg->create_delay_ns = 0;
+  cm_storage_destroy(fs); /* destroys st with it */
+  cm_cuda_device_close(dev);
+  EXPECT_CLEAN();
+
+  /* the simulated device calls no driver: timing on, no call times */
+  cm_storage_t *sim = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, true, 0, &sim));
+  cm_storage_set_timing(sim, true);
+  ASSERT_OK(cm__storage_vm_reserve(sim, 4 * G, &id, NULL));
+  ASSERT_OK(cm__storage_vm_map(sim, id, 0, 2 * G, G, NULL));
+  cm_storage_stats(sim, &s);
+  EXPECT_EQ(s.call_ns.creates + s.call_ns.maps + s.call_ns.set_access + s.call_ns.reserves, 0);
+  EXPECT_EQ(s.creates, 2);
+  cm_storage_destroy(sim);
+}
+
 static void test_fake_pinned(void) {
   fake_reset();
   cm_cuda_device_t *dev = fake_open();
@@ -886,6 +958,7 @@ int main(void) {
   CM_RUN(test_fake_old_driver_attributes);
   CM_RUN(test_fake_event_ops);
   CM_RUN(test_fake_vm);
+  CM_RUN(test_fake_call_times);
   CM_RUN(test_fake_pinned);
   CM_RUN(test_fake_manager_and_ptr);
   CM_RUN(test_fake_stream_reuse);
