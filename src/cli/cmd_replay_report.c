@@ -34,8 +34,9 @@ static double ratio(const cm_replay_result_t *r) {
   return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
 }
 
-/* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns}, and the
- * storage's errors and contract violations. */
+/* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns},
+ * "driver_call_time_ns": {kind: ns} (zeros on sim), and the storage's errors
+ * and contract violations. */
 static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
   const cm_storage_stats_t *d = &r->storage;
   fprintf(f,
@@ -49,6 +50,14 @@ static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
           ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
           ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
           d->time_alloc_ns, d->time_free_ns, d->time_map_ns, d->time_unmap_ns, d->time_reserve_ns);
+  const cm_call_times_t *c = &d->call_ns;
+  fprintf(f,
+          ",\"driver_call_time_ns\":{\"creates\":%" PRIu64 ",\"maps\":%" PRIu64
+          ",\"set_access\":%" PRIu64 ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64
+          ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"reserves\":%" PRIu64
+          ",\"address_frees\":%" PRIu64 ",\"syncs\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
+          c->creates, c->maps, c->set_access, c->unmaps, c->releases, c->allocs, c->frees,
+          c->reserves, c->address_frees, c->syncs, c->mem_queries);
   fprintf(f, ",\"storage_errors\":%" PRIu64 ",\"violations\":%" PRIu64, d->errors,
           d->violations);
 }
@@ -223,6 +232,36 @@ static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t
   row("reserved at end", c, n, *width);
 }
 
+/* "A / B ms" from two nanosecond counts. */
+static void fmt_ms_pair(char *buf, uint64_t a, uint64_t b) {
+  snprintf(buf, 64, "%.3f / %.3f ms", (double)a / 1e6, (double)b / 1e6);
+}
+
+/* The time in each kind of driver call, as the backend measured it; no rows
+ * when it measured none (a backend without call_times). */
+static void rows_call_times(const run_t *runs, size_t n, size_t width) {
+  char c[MAX_LAYOUTS][64];
+  bool any = false;
+  for (size_t i = 0; i < n; i++) {
+    const cm_call_times_t *t = &runs[i].res.storage.call_ns;
+    any |= (t->creates | t->maps | t->set_access | t->unmaps | t->releases | t->allocs |
+            t->frees | t->reserves | t->address_frees | t->syncs | t->mem_queries) != 0;
+  }
+  if (!any) return;
+  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.creates, runs[i].res.storage.call_ns.maps);
+  row("  create / map", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.unmaps, runs[i].res.storage.call_ns.releases);
+  row("  unmap / release", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.set_access, runs[i].res.storage.call_ns.syncs);
+  row("  set access / sync", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.allocs, runs[i].res.storage.call_ns.frees);
+  row("  alloc / free", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.reserves, runs[i].res.storage.call_ns.address_frees);
+  row("  reserve / free VA", c, n, width);
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.storage.call_ns.mem_queries / 1e6);
+  row("  memory queries", c, n, width);
+}
+
 /* The device rows: allocations and frees, driver calls by kind, what
  * PyTorch reserved, refused calls, time in the driver. */
 static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *env) {
@@ -262,6 +301,7 @@ static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *
     for (size_t i = 0; i < n; i++)
       snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.device_time_ns / 1e6);
     row("time in driver calls", c, n, width);
+    rows_call_times(runs, n, width);
   }
 }
 

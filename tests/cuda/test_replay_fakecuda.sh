@@ -9,6 +9,8 @@
 #     (FAKECUDA_REPORT written at exit).
 # Then once more on a device without virtual memory management and without
 # memory pools (FAKECUDA_VMM=0 FAKECUDA_MEMPOOL=0): no violation, no failure.
+# Time by kind of driver call: each within its operation's time, and, with the
+# fake's cuMemCreate made slow, that time reported under creates (JSON, text).
 # Traces: examples/torch-cpu-gpt-train.csv always, plus ../shared/traces/
 # {cpu,gpu,plans}/*.csv when present (skipped with a message when absent).
 set -euo pipefail
@@ -95,6 +97,34 @@ for name in ("cuda", "cuda-sync", "cuda-async", "novm"):
         print(f"FAIL {name}: the primary context was retained {kv.get('retains')} times (want 1 per run)"); bad += 1
     if name == "novm" and (kv.get("create") != "0" or kv.get("mem_alloc_async") != "0"):
         print("FAIL novm: VM or stream-ordered calls on a device without them"); bad += 1
+    for key, r in sorted(runs.items()): # time by kind of call: within the time of its operation
+        t, op = r["driver_call_time_ns"], r["driver_time_ns"]
+        if t["creates"] + t["maps"] + t["set_access"] > op["map"] or \
+           t["unmaps"] + t["releases"] + t["syncs"] > op["unmap"]:
+            print(f"FAIL {name} {key}: call times {t} exceed the operations' {op}"); bad += 1
+        if r["driver_calls"]["creates"] > 100 and t["creates"] == 0:
+            print(f"FAIL {name} {key}: {r['driver_calls']['creates']} creates, no time measured"); bad += 1
 sys.exit(1 if bad else 0)
 PY
+
+# Time by kind of driver call, end to end: the fake's cuMemCreate takes 200 us,
+# so the report must put at least that much per create under creates, and not
+# under the other kinds.
+echo "--- time by kind of call (cuMemCreate made slow)"
+FAKECUDA_CREATE_DELAY_NS=200000 FAKECUDA_CAPACITY=$CAP CM_CUDA_LIBRARY="$FAKE" \
+  "$CLI" replay --device cuda --no-progress --json "${TRACES[0]}" >"$WORK/slow.json"
+python3 - "$WORK/slow.json" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+n, t = r["driver_calls"]["creates"], r["driver_call_time_ns"]
+print(f"creates {n}: {t['creates'] / 1e6:.1f} ms; maps {t['maps'] / 1e6:.3f} ms; "
+      f"set access {t['set_access'] / 1e6:.3f} ms")
+ok = n > 0 and t["creates"] >= n * 200000 and t["maps"] < t["creates"] / 10 and \
+     t["set_access"] < t["creates"] / 10
+sys.exit(0 if ok else "FAIL: the time of the slow cuMemCreate calls is not where it belongs")
+PY
+FAKECUDA_CREATE_DELAY_NS=200000 FAKECUDA_CAPACITY=$CAP CM_CUDA_LIBRARY="$FAKE" \
+  "$CLI" replay --device cuda --no-progress "${TRACES[0]}" >"$WORK/slow.txt"
+grep -E '^ +create / map +[0-9]+\.[0-9]+ / [0-9]+\.[0-9]+ ms' "$WORK/slow.txt" ||
+  { echo "FAIL: the text report has no time row for create / map"; cat "$WORK/slow.txt"; exit 1; }
 echo "replay on the strict driver: ok"

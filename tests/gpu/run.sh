@@ -186,7 +186,7 @@ def load(n):
 sim, bad = load("replay-sim"), 0
 print("| trace | layout | device | sim peak reserved | cuda peak reserved | diff | failed | driver time |")
 print("|---|---|---|---|---|---|---|---|")
-total = {}
+total, by_call = {}, {}
 for kind in ("sync", "async"):
     runs = load("replay-cuda-" + kind)
     if not runs:
@@ -197,12 +197,17 @@ for kind in ("sync", "async"):
         ok = s is not None and abs(diff) <= 0.01 and r["failed_allocs"] == 0
         bad += not ok
         total[kind] = total.get(kind, 0) + r["device_time_ns"]
+        for k, ns in r.get("driver_call_time_ns", {}).items():
+            by_call.setdefault(kind, {})[k] = by_call.setdefault(kind, {}).get(k, 0) + ns
         print(f"| {os.path.basename(key[0])} | {key[1]} | cuda:{kind} | "
               f"{s['peak_reserved_bytes'] if s else 'n/a':,} | {r['peak_reserved_bytes']:,} | {diff:+.3%} | "
               f"{r['failed_allocs']} | {r['device_time_ns'] / 1e6:.1f} ms |" + ("" if ok else " **FAIL**"))
 print()
 for kind, ns in total.items():
     print(f"- time in driver calls, all replays, cuda:{kind}: {ns / 1e9:.3f} s")
+    calls = by_call.get(kind, {})
+    if calls:
+        print(f"  - by kind of call: " + ", ".join(f"{k} {v / 1e6:.1f} ms" for k, v in calls.items() if v))
 print(f"- pairs outside 1% of sim or with failed reservations: {bad}")
 sys.exit(1 if bad else 0)
 PY
