@@ -31,22 +31,22 @@ typedef struct cm_resource {
   uint64_t size;  /* bytes */
 } cm_resource_t;
 
-/* Backend operations. Required: alloc, dealloc, get. Others may be NULL.
- * Every callback receives the backend context given to cm_storage_create(). */
 /* Time a backend spent in each kind of driver call, in nanoseconds, while
  * timing was on (cm_storage_set_timing). Backends that call no driver (the
  * simulated device, host memory) report zeros. */
 typedef struct cm_call_times {
   uint64_t creates, maps, set_access; /* cuMemCreate, cuMemMap, cuMemSetAccess */
   uint64_t unmaps, releases;          /* cuMemUnmap, cuMemRelease */
-  uint64_t allocs, frees;             /* plain allocations and frees (cuMemAlloc, cuMemAllocAsync,
-                                         cuMemAllocHost; cuMemFree, cuMemFreeAsync, cuMemFreeHost) */
+  uint64_t allocs, frees;             /* plain allocations and frees: cuMemAlloc, cuMemAllocAsync,
+                                         cuMemAllocHost; cuMemFree, cuMemFreeAsync, cuMemFreeHost */
   uint64_t reserves, address_frees;   /* cuMemAddressReserve, cuMemAddressFree */
   uint64_t syncs;                     /* waits for the storage's stream (or context) to go idle
                                          before memory it used is unmapped or freed */
   uint64_t mem_queries;               /* cuMemGetInfo */
 } cm_call_times_t;
 
+/* Backend operations. Required: alloc, dealloc, get. Others may be NULL.
+ * Every callback receives the backend context given to cm_storage_create(). */
 typedef struct cm_storage_ops {
   const char *name; /* short backend name used in messages, e.g. "sim" */
   /* Alignment the backend allocates with (informational; pools use the device
@@ -129,7 +129,7 @@ typedef struct cm_storage_ops {
 
   /* --- optional: time by driver call (backends that call a driver) -------- */
   /* Start (on) or stop timing each driver call; called by
-   * cm_storage_set_timing. Off when the context is made. */
+   * cm_storage_set_timing. A context starts with it off. */
   void (*set_timing)(void *ctx, bool on);
   /* The time spent in each kind of driver call so far (cumulative, zero
    * while timing never was on). Called from any thread (cm_storage_stats). */

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,34 +233,37 @@ static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t
   row("reserved at end", c, n, *width);
 }
 
-/* "A / B ms" from two nanosecond counts. */
-static void fmt_ms_pair(char *buf, uint64_t a, uint64_t b) {
-  snprintf(buf, 64, "%.3f / %.3f ms", (double)a / 1e6, (double)b / 1e6);
-}
-
-/* The time in each kind of driver call, as the backend measured it; no rows
- * when it measured none (a backend without call_times). */
+/* The time in each kind of driver call, as the backend measured it: a row
+ * per kind that took any time in some layout (none for a backend without
+ * call_times). */
 static void rows_call_times(const run_t *runs, size_t n, size_t width) {
+  static const struct {
+    const char *label;
+    size_t off;
+  } kinds[] = {
+      {"  create", offsetof(cm_call_times_t, creates)},
+      {"  map", offsetof(cm_call_times_t, maps)},
+      {"  set access", offsetof(cm_call_times_t, set_access)},
+      {"  unmap", offsetof(cm_call_times_t, unmaps)},
+      {"  release", offsetof(cm_call_times_t, releases)},
+      {"  wait for stream", offsetof(cm_call_times_t, syncs)},
+      {"  alloc", offsetof(cm_call_times_t, allocs)},
+      {"  free", offsetof(cm_call_times_t, frees)},
+      {"  reserve VA", offsetof(cm_call_times_t, reserves)},
+      {"  free VA", offsetof(cm_call_times_t, address_frees)},
+      {"  memory queries", offsetof(cm_call_times_t, mem_queries)},
+  };
   char c[MAX_LAYOUTS][64];
-  bool any = false;
-  for (size_t i = 0; i < n; i++) {
-    const cm_call_times_t *t = &runs[i].res.storage.call_ns;
-    any |= (t->creates | t->maps | t->set_access | t->unmaps | t->releases | t->allocs |
-            t->frees | t->reserves | t->address_frees | t->syncs | t->mem_queries) != 0;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t ns;
+      memcpy(&ns, (const char *)&runs[i].res.storage.call_ns + kinds[k].off, sizeof ns);
+      any |= ns != 0;
+      snprintf(c[i], 64, "%.3f ms", (double)ns / 1e6);
+    }
+    if (any) row(kinds[k].label, c, n, width);
   }
-  if (!any) return;
-  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.creates, runs[i].res.storage.call_ns.maps);
-  row("  create / map", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.unmaps, runs[i].res.storage.call_ns.releases);
-  row("  unmap / release", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.set_access, runs[i].res.storage.call_ns.syncs);
-  row("  set access / sync", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.allocs, runs[i].res.storage.call_ns.frees);
-  row("  alloc / free", c, n, width);
-  for (size_t i = 0; i < n; i++) fmt_ms_pair(c[i], runs[i].res.storage.call_ns.reserves, runs[i].res.storage.call_ns.address_frees);
-  row("  reserve / free VA", c, n, width);
-  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.3f ms", (double)runs[i].res.storage.call_ns.mem_queries / 1e6);
-  row("  memory queries", c, n, width);
 }
 
 /* The device rows: allocations and frees, driver calls by kind, what

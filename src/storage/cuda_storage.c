@@ -345,7 +345,8 @@ static void set_timing(void *ctx, bool on) {
 static void call_times(void *ctx, cm_call_times_t *out) {
   cuda_storage *s = ctx;
   uint64_t v[CU_NCALLS];
-  for (int k = 0; k < CU_NCALLS; k++) v[k] = atomic_load_explicit(&s->call_ns[k], memory_order_relaxed);
+  for (int k = 0; k < CU_NCALLS; k++)
+    v[k] = atomic_load_explicit(&s->call_ns[k], memory_order_relaxed);
   *out = (cm_call_times_t){.creates = v[CU_CREATE],
                            .maps = v[CU_MAP],
                            .set_access = v[CU_SET_ACCESS],

@@ -36,7 +36,8 @@ int cm__cuda_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *d
     return rc;
   }
   CUresult r;
-  CU_TIMED(s, CU_RESERVE, r = a->MemAddressReserve(&e->ptr, (size_t)rsize, (size_t)s->granularity, 0, 0));
+  CU_TIMED(s, CU_RESERVE,
+           r = a->MemAddressReserve(&e->ptr, (size_t)rsize, (size_t)s->granularity, 0, 0));
   if (r != CUDA_SUCCESS) {
     cm__cuda_ctx_pop(s->dev);
     free(e);
