@@ -256,6 +256,10 @@ void cm__cuda_destroy_entry(entry *e);
 
 /* cuda_vm.c: the device storage's vm_* ops (cm_storage_ops_t) */
 
+/* Unmap and release mappings [i, i+n) of e (context pushed); the failures
+ * are counted in free_errors. Returns the number that failed; those stay
+ * recorded. */
+size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n);
 uint64_t cm__cuda_vm_granularity(void *ctx);
 int cm__cuda_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
 int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,

@@ -96,12 +96,7 @@ int cm__cuda_free_entry_memory(cuda_storage *s, entry *e) {
       CUresult wr;
       CU_TIMED(s, CU_SYNC, wr = cm__cuda_wait_idle(s));
       if (wr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
-      for (size_t i = 0; i < e->nmaps; i++) {
-        CUresult ur, rr = CUDA_SUCCESS;
-        CU_TIMED(s, CU_UNMAP, ur = a->MemUnmap(e->ptr + e->maps[i].offset, e->maps[i].size));
-        if (ur == CUDA_SUCCESS) CU_TIMED(s, CU_RELEASE, rr = a->MemRelease(e->maps[i].handle));
-        if (ur != CUDA_SUCCESS || rr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
-      }
+      (void)cm__cuda_unmap_records(s, e, 0, e->nmaps); /* failures counted there */
       e->nmaps = 0;
       CU_TIMED(s, CU_ADDRESS_FREE, r = a->MemAddressFree(e->ptr, e->reserved));
       break;

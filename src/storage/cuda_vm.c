@@ -80,9 +80,8 @@ static size_t map_lower(const entry *e, uint64_t off) {
   return lo;
 }
 
-/* Unmap and release mappings [i, i+n) of e (context pushed). Returns the
- * number that failed; those stay recorded. */
-static size_t unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
+/* Unmap and release mappings [i, i+n) of e (cuda_internal.h). */
+size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
   const cu_api *a = &s->dev->api;
   size_t failed = 0, w = i;
   for (size_t k = i; k < i + n; k++) {
@@ -173,7 +172,7 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
   }
   e->nmaps += done;
   if (what) { /* undo what this call mapped */
-    (void)unmap_records(s, e, at, done);
+    (void)cm__cuda_unmap_records(s, e, at, done);
     cm__cuda_ctx_pop(s->dev);
     pthread_mutex_unlock(&s->dev->lock);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -220,7 +219,7 @@ int cm__cuda_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
                                  s->retired ? "cuCtxSynchronize before cuMemUnmap"
                                             : "cuStreamSynchronize before cuMemUnmap");
   }
-  size_t failed = unmap_records(s, e, at, n);
+  size_t failed = cm__cuda_unmap_records(s, e, at, n);
   cm__cuda_ctx_pop(s->dev);
   pthread_mutex_unlock(&s->dev->lock);
   if (failed)
