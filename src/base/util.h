@@ -43,4 +43,18 @@ static inline uint64_t cm__pad(uint64_t n, uint64_t a) { return (a - n % a) % a;
 /* Monotonic clock in nanoseconds. */
 uint64_t cm__now_ns(void);
 
+/* Run the statement `expr`; when `on`, set the uint64_t `dt` to the
+ * nanoseconds it took (two clock reads), else to 0 (no clock read). */
+#define CM__TIME_NS(on, dt, expr)       \
+  do {                                  \
+    if (on) {                           \
+      uint64_t t0__ = cm__now_ns();     \
+      expr;                             \
+      (dt) = cm__now_ns() - t0__;       \
+    } else {                            \
+      expr;                             \
+      (dt) = 0;                         \
+    }                                   \
+  } while (0)
+
 #endif

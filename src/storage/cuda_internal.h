@@ -212,14 +212,9 @@ typedef struct cuda_storage {
  * took to s->call_ns[k] when timing is on. */
 #define CU_TIMED(s, k, expr)                                                              \
   do {                                                                                    \
-    if (atomic_load_explicit(&(s)->timing, memory_order_relaxed)) {                       \
-      uint64_t t0__ = cm__now_ns();                                                       \
-      expr;                                                                               \
-      atomic_fetch_add_explicit(&(s)->call_ns[k], cm__now_ns() - t0__,                    \
-                                memory_order_relaxed);                                    \
-    } else {                                                                              \
-      expr;                                                                               \
-    }                                                                                     \
+    uint64_t dt__;                                                                        \
+    CM__TIME_NS(atomic_load_explicit(&(s)->timing, memory_order_relaxed), dt__, expr);    \
+    if (dt__) atomic_fetch_add_explicit(&(s)->call_ns[k], dt__, memory_order_relaxed);    \
   } while (0)
 
 /* cuda.c */

@@ -85,14 +85,11 @@ static void held_add(cm_storage_t *s, uint64_t n) {
  * `bucket` is the per-operation counter the time is also added to. */
 #define TIMED(s, bucket, expr)                                                            \
   do {                                                                                    \
-    if ((s)->timing) {                                                                    \
-      uint64_t t0__ = cm__now_ns();                                                       \
-      expr;                                                                               \
-      uint64_t dt__ = cm__now_ns() - t0__;                                                \
+    uint64_t dt__;                                                                        \
+    CM__TIME_NS((s)->timing, dt__, expr);                                                 \
+    if (dt__) {                                                                           \
       atomic_fetch_add_explicit(&(s)->time_ns, dt__, memory_order_relaxed);               \
       atomic_fetch_add_explicit(&(s)->bucket, dt__, memory_order_relaxed);                \
-    } else {                                                                              \
-      expr;                                                                               \
     }                                                                                     \
   } while (0)
 
