@@ -69,7 +69,7 @@
 #define GROW_RUN 8
 #define SEG_MIN (2ull << 20)
 #define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
-#define ROOM_MARGIN_SHIFT 3  /* ... and a query whenever the answer is within total/8 of half free */
+#define ROOM_MARGIN_SHIFT 3  /* ... and one whenever the answer is within total/8 of half free */
 
 #define OUT(buf, cap, len, ...)                                                               \
   do {                                                                                        \

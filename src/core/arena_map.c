@@ -313,8 +313,12 @@ static bool has_room(arena *a, uint64_t need) {
     a->room_uses--;
     uint64_t total = a->room_total, free_b = a->room_free;
     if (total == 0) return false; /* the storage does not report its memory */
-    if (held >= a->room_held) free_b = held - a->room_held < free_b ? free_b - (held - a->room_held) : 0;
-    else free_b += a->room_held - held;
+    if (held >= a->room_held) { /* taken since the query: less free */
+      uint64_t took = held - a->room_held;
+      free_b = took < free_b ? free_b - took : 0;
+    } else {
+      free_b += a->room_held - held; /* given back since */
+    }
     uint64_t left, half = total / 2, margin = total >> ROOM_MARGIN_SHIFT;
     bool fits = fits_free(a, free_b, need << a->gshift, &left);
     bool near = left > half ? left - half <= margin : half - left <= margin;

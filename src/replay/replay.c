@@ -250,8 +250,8 @@ static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_stor
 #define D(f) d.f = b->f - a->f
   D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
   D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
-  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns); D(time_unmap_ns);
-  D(time_reserve_ns); D(errors); D(violations);
+  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns);
+  D(time_unmap_ns); D(time_reserve_ns); D(errors); D(violations);
   D(call_ns.creates); D(call_ns.maps); D(call_ns.set_access); D(call_ns.unmaps);
   D(call_ns.releases); D(call_ns.allocs); D(call_ns.frees); D(call_ns.reserves);
   D(call_ns.address_frees); D(call_ns.syncs); D(call_ns.mem_queries);
