@@ -170,6 +170,8 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
     CU_TIMED(s, CU_SET_ACCESS, r = a->MemSetAccess(e->ptr + offset, (size_t)size, acc, nacc));
     if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
   }
+  if (done < n) /* close the gap left by the pieces that were not mapped */
+    memmove(e->maps + at + done, e->maps + at + n, (e->nmaps - at) * sizeof *e->maps);
   e->nmaps += done;
   if (what) { /* undo what this call mapped */
     (void)cm__cuda_unmap_records(s, e, at, done);

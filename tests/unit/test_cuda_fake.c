@@ -627,6 +627,48 @@ static void test_fake_vm(void) {
   EXPECT_CLEAN();
 }
 
+/* A map of several pieces that runs out of memory part way, below existing
+ * mappings: the pieces it mapped are undone and the records of the mappings
+ * above stay exact, so they unmap (and nothing leaks) afterwards. */
+static void test_fake_vm_partial_map(void) {
+  fakecuda_config_t *cfg = fake_reset();
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  void *stream = fk_stream_create();
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, stream, CM_CUDA_SYNC, &st, NULL));
+  const cm_storage_ops_t *ops = st->ops;
+  void *c = st->ctx;
+  const uint64_t G = 2u << 20;
+  uint64_t id = 0;
+  ASSERT_OK(ops->vm_reserve(c, 16 * G, &id, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 8 * G, G, G, NULL));  /* above the insertion point */
+  ASSERT_OK(ops->vm_map(c, id, 10 * G, G, G, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 12 * G, 2 * G, G, NULL));
+  cfg->capacity = 6 * G; /* 4 held: a map of 5 pieces fails after 2 */
+  cm_diag_t d = {0};
+  EXPECT_STATUS(ops->vm_map(c, id, 0, 5 * G, G, &d), CM_EOOM);
+  fakecuda_counts_t k = fk_counts();
+  EXPECT_EQ(k.create, 6u);   /* 4 + the 2 that fit */
+  EXPECT_EQ(k.release, 2u);  /* ... undone */
+  EXPECT_EQ(k.used[0], 4 * G);
+  cfg->capacity = 64u << 20;
+  /* the mappings above are still recorded exactly */
+  ASSERT_OK(ops->vm_unmap(c, id, 8 * G, G, G, NULL));
+  ASSERT_OK(ops->vm_unmap(c, id, 12 * G, 2 * G, G, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 0, 5 * G, G, NULL)); /* the range is free again */
+  ASSERT_OK(ops->vm_unmap(c, id, 0, 5 * G, G, NULL));
+  ASSERT_OK(ops->vm_unmap(c, id, 10 * G, G, G, NULL));
+  ASSERT_OK(ops->vm_release(c, id, NULL));
+  k = fk_counts();
+  EXPECT_EQ(k.create, k.release);
+  EXPECT_EQ(k.used[0], 0u);
+  cm_storage_destroy(st);
+  cm_cuda_device_close(dev);
+  EXPECT_OK(FK.stream_destroy(stream));
+  EXPECT_CLEAN();
+}
+
 /* Time by kind of driver call (cm_storage_stats_t.call_ns): measured only
  * while timing is on, each call's time in its own kind. The fake's cuMemCreate
  * is made slow, so its time must land in `creates` and nowhere else. */
@@ -960,6 +1002,7 @@ int main(void) {
   CM_RUN(test_fake_old_driver_attributes);
   CM_RUN(test_fake_event_ops);
   CM_RUN(test_fake_vm);
+  CM_RUN(test_fake_vm_partial_map);
   CM_RUN(test_fake_call_times);
   CM_RUN(test_fake_pinned);
   CM_RUN(test_fake_manager_and_ptr);
