@@ -50,23 +50,19 @@
  * object partly in use keeps at most 1/16384 of the device from a trim
  * (bench/results/objects.md). */
 #define OBJECT_ROOM_SHIFT 14
-/* The default's growth in a run of reservations without a free (before the
- * pool's first free: loading weights, a first forward pass; later, once
- * GROW_RUN reservations in a row freed nothing: optimizer state, a new peak),
- * while the device stays more than half free: a block of whole granules of at
- * most a quarter of a chunk of total >> GROW_CHUNK_SHIFT bytes (40 MiB on an
- * 80 GiB device, whole granules, at least four) maps up to the next chunk
- * boundary, each chunk one object, so the next blocks are served without a
- * driver call. Larger blocks stay one object each: a chunk shared by blocks
- * that are freed at different times can go back only when all are
- * (bench/results/fit.md). */
-#define GROW_CHUNK_SHIFT 11
-/* A run: this many reservations in a row without a free. The cs336 training
- * traces grow a 2 MiB block 8 reservations after a free once per layer of the
- * forward pass: 6..9 all bring them under a quarter call per allocation
- * (unconstrained 1.0104..1.0119 on ctx128-training), 10 and more miss it,
- * 4 chunks too eagerly (1.0194). */
-#define GROW_RUN 8
+/* The default holds what it maps while the device stays more than half free
+ * after a map (no trim before a map, no periodic trim), and grows by steps:
+ * held >> HOLD_STEP_SHIFT bytes, at least HOLD_STEP_MIN, at most the free
+ * memory above half the device >> HOLD_STEP_MAX_SHIFT (so the steps shrink
+ * to one granule as the device fills). One step is one physical object
+ * (one cuMemCreate, one cuMemMap, one cuMemSetAccess). Near the half-free
+ * line a block's granules that it shares with its neighbours are small
+ * objects, so a trim under pressure can give them back; while the device
+ * stays more than 1 - 2^-ROOMY_SHIFT free the whole growth is one object. */
+#define HOLD_STEP_SHIFT 4
+#define HOLD_STEP_MIN (64ull << 20)
+#define HOLD_STEP_MAX_SHIFT 7
+#define ROOMY_SHIFT 4
 #define SEG_MIN (2ull << 20)
 #define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
 #define ROOM_MARGIN_SHIFT 3  /* ... and one whenever the answer is within total/8 of half free */
@@ -118,16 +114,13 @@ typedef struct arena {
   bool owned;     /* default object size: a block's whole granules are one object
                      while the device has room */
   uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
-  uint64_t chunk;          /* growth in chunks of this many granules for the map at hand
-                              (objects cut on chunk boundaries); 0: none */
-  bool freed;              /* a block of this pool was freed */
-  uint32_t free_op;        /* `ops` at the last free */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
   /* has_room's view of the device: its free and total memory at the last
    * query, the storage's bytes_held then, and decisions left until the next */
   uint64_t room_free, room_total, room_held;
   uint32_t room_uses;
+  uint64_t room_above; /* has_room's last answer: free memory after the map above half the device */
   region **regs;
   uint32_t nregs, capregs;
   ablk *heads[NBINS];
@@ -406,13 +399,12 @@ typedef struct batch {
   uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
 } batch;
 
-/* The configured object size, no block-owned granules, no chunk growth: the
+/* The configured object size, no block-owned granules: the
  * state between two placements' maps (and at creation). */
 static inline void objects_default(arena *a) {
   a->omax = a->ocfg;
   a->own_lo = 1;
   a->own_hi = 0;
-  a->chunk = 0;
 }
 
 /* ---- arena_map.c --------------------------------------------------------------------- */
@@ -430,6 +422,9 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
 int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag);
 /* Dry run: would `add` more bytes exceed the device's free memory? */
 bool cm__arena_dry_short(const arena *a, uint64_t add);
+/* Would the device stay more than half free after mapping `need` more
+ * granules (the default's holding and growth; see there)? */
+bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
 

@@ -100,14 +100,10 @@ uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_l
 /* End of the object that a map starting at unmapped granule g creates inside
  * [g, hi]: the run of unmapped granules, cut after omax of them; granules
  * [own_lo, own_hi] (those a block being placed covers whole, while the device
- * has room) form one object of their own; growth in chunks cuts the run on
- * chunk boundaries instead. */
+ * has room) form one object of their own. */
 static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
   uint64_t e = g, lim;
-  if (__builtin_expect(a->chunk != 0, 0)) { /* growth in chunks: one object per chunk */
-    lim = (g / a->chunk + 1) * a->chunk - 1;
-    if (lim > hi) lim = hi;
-  } else if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
+  if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
     lim = hi < a->own_hi ? hi : a->own_hi; /* granules one block owns: one object */
   } else {
     lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
@@ -297,7 +293,7 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
  * on the simulated device every decision is the one a query would give, and
  * eager and dry runs decide alike; what other processes take is seen at the
  * next query, and near the line at once. */
-static bool has_room(arena *a, uint64_t need) {
+bool cm__arena_has_room(arena *a, uint64_t need) {
   uint64_t held = atomic_load_explicit(&a->st->bytes_held, memory_order_relaxed);
   bool fresh = false;
   for (;;) {
@@ -321,10 +317,24 @@ static bool has_room(arena *a, uint64_t need) {
     }
     uint64_t left, half = total / 2, margin = total >> ROOM_MARGIN_SHIFT;
     bool fits = fits_free(a, free_b, need << a->gshift, &left);
+    a->room_above = fits && left > half ? left - half : 0;
     bool near = left > half ? left - half <= margin : half - left <= margin;
     if (fresh || !near) return fits && left > half;
     a->room_uses = 0; /* close to the line: ask the device */
   }
+}
+
+/* The default's growth while it holds (the device has room): held >> 
+ * HOLD_STEP_SHIFT bytes, at least HOLD_STEP_MIN, at most the device's memory
+ * >> HOLD_STEP_MAX_SHIFT, in granules. So the number of growths is
+ * logarithmic in the peak, and what one partly used growth keeps from a trim
+ * near the capacity stays a sliver of the device. */
+static uint64_t hold_step(const arena *a) {
+  uint64_t s = a->held >> HOLD_STEP_SHIFT, mx = a->room_above >> HOLD_STEP_MAX_SHIFT;
+  if (s < HOLD_STEP_MIN) s = HOLD_STEP_MIN;
+  if (s > mx) s = mx;
+  s >>= a->gshift;
+  return s ? s : 1;
 }
 
 /* Map what placing span s in free block b (at place_off) needs; `lazy`: count
@@ -338,28 +348,36 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
-  /* physical objects while the device has room: CM_OBJECT_AUTO maps whole
-   * runs; the default makes the granules the block covers whole one object
-   * (freed with the block) and cuts the rest into objects of up to
-   * total >> OBJECT_ROOM_SHIFT bytes; else (and near the capacity) omax
-   * granules */
+  /* While the device has room the default holds what it maps (no trim before
+   * a map) and grows by whole steps (hold_step): one object per growth, or
+   * a block of whole granules of at least a quarter step as its own object;
+   * CM_OBJECT_AUTO maps whole runs in AUTO_CHUNK steps; otherwise (and near
+   * the capacity) objects of omax granules, with the hysteresis trim. */
   uint64_t need = unmapped_in(r, g0, g1); /* the trims below keep [g0, hi] */
-  bool room = false;
+  bool room = false, hold = false;
+  uint64_t step = 0;
   if (a->oauto) {
-    room = has_room(a, need);
-    if (room) a->omax = UINT32_MAX;
-  } else if (a->owned) {
+    room = cm__arena_has_room(a, need);
+    if (room) {
+      a->omax = UINT32_MAX;
+      step = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
+    }
+  } else if (a->owned && cm__arena_has_room(a, need)) {
+    hold = true;
+    step = hold_step(a);
     bool whole = s >= a->gran && !((o | s) & (a->gran - 1)); /* on a granule boundary */
-    /* the device's free memory is asked only when the answer can change the objects */
-    if ((whole || a->room_omax > a->omax) && has_room(a, need)) {
+    bool large = (g1 - g0 + 1) * 4 >= step;                   /* no growth beyond it */
+    if (large) step = 0;
+    if (whole) { /* the block's granules (and the growth beyond a small one): one object */
+      a->own_lo = g0;
+      a->own_hi = large ? g1 : UINT64_MAX - 1;
+    } else if (a->room_above >= (a->room_total >> 1) - (a->room_total >> ROOMY_SHIFT)) {
+      a->omax = UINT32_MAX; /* the device stays 7/8 free: the whole growth is one object */
+    } else { /* granules shared with neighbours: small objects; the growth: one object */
       if (a->room_omax > a->omax) a->omax = a->room_omax;
-      bool run = !a->freed || (uint32_t)(a->ops - a->free_op) >= GROW_RUN; /* no free lately */
-      uint64_t c = run ? (a->room_total >> GROW_CHUNK_SHIFT) >> a->gshift : 0;
-      if (whole && c >= 4 && (g1 - g0 + 1) * 4 <= c) {
-        a->chunk = c; /* nothing freed lately: grow to the chunk boundary below */
-      } else if (whole) {
-        a->own_lo = g0; /* a block of whole granules: one object */
-        a->own_hi = g1;
+      if (!large) {
+        a->own_lo = g1 + 1;
+        a->own_hi = UINT64_MAX - 1;
       }
     }
   }
@@ -369,18 +387,17 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
-  /* growth to the next chunk boundary: the default in a run without frees
-   * (a->chunk), CM_OBJECT_AUTO with room (AUTO_CHUNK) */
-  uint64_t step = a->chunk;
-  if (room) step = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
-  if (step) {
-    uint64_t want = (g1 / step + 1) * step - 1;
+  if (step) { /* growth by whole steps: the default holding, CM_OBJECT_AUTO with room */
+    uint64_t want = room ? (g1 / step + 1) * step - 1 : g0 + step - 1;
     while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
   }
-  /* free mapped granules that stay free after the placement, beyond the budget, go first */
-  uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
-  uint64_t budget = keep_budget(a);
-  if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
+  /* free mapped granules that stay free after the placement, beyond the budget,
+   * go first (not while holding) */
+  if (!hold) {
+    uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
+    uint64_t budget = keep_budget(a);
+    if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
+  }
   if (over_cap(a, (need + hi - g1) << a->gshift)) {
     hi = g1;
     if (over_cap(a, need << a->gshift)) cm__arena_trim(a, UINT64_MAX, r, g0, g1);

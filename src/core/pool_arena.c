@@ -20,21 +20,23 @@
  * when given; bench/results/objects.md measures the trade-off against driver
  * calls). The default is one granule, so any free granule can be given back,
  * except while the device stays more than half free after the map: then the
- * granules of a block of whole granules on a granule boundary are one object
- * (own_lo..own_hi; freed with the block, so it goes back whole, and one
- * create + one map instead of one per granule), and other runs are cut into
- * objects of up to total >> OBJECT_ROOM_SHIFT bytes (two granules on an
- * 80 GiB device, one below 32 GiB, so what a partly used object keeps from a
- * trim stays a sliver of the device). In a run of reservations without a
- * free (until the pool's first free: weights being loaded, a first forward
- * pass; later, once GROW_RUN reservations in a row freed nothing), a block of
- * whole granules of at most a quarter of a chunk (total >> GROW_CHUNK_SHIFT:
- * 40 MiB on 80 GiB) maps up to the next chunk boundary instead, one object
- * per chunk, so the next small blocks need no driver call. CM_OBJECT_AUTO: whole
+ * default HOLDS what it maps (no trim before a map, no periodic trim: a
+ * second run of the same job makes no driver call) and grows by steps of
+ * held/16 (at least 64 MiB, at most 1/128 of the free memory above half the
+ * device, so steps shrink to a granule as the device fills; arena.h,
+ * HOLD_STEP_*): a block of whole granules of at least a quarter step is one
+ * object of its own (freed with it, so it goes back whole), and nothing is
+ * mapped beyond it; a smaller block maps a whole step, one object (one
+ * create, one map, one set-access). Near the half-free line the granules a
+ * block shares with its neighbours are objects of up to total >>
+ * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back;
+ * while the device stays more than 1 - 2^-ROOMY_SHIFT free the whole growth
+ * is one object. CM_OBJECT_AUTO: whole
  * runs, grown to 20 MiB steps, while the device stays more than half free.
  * Whether it does is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
- * is counted (has_room in arena_map.c).
+ * is counted (has_room in arena_map.c). Under pressure (a map the device
+ * refuses) every free object is given back before the request maps again.
  * Near the capacity, and when the device refuses memory, objects are the
  * configured size (one granule for both). Objects are recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one
@@ -594,8 +596,6 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
 
 static void on_free(cm__pool *p, cm__slice *sl) {
   arena *a = AR(p);
-  a->freed = true;
-  a->free_op = a->ops;
   ablk *b = BLK(sl);
   region *r = b->rg;
   if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;
@@ -664,7 +664,7 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
   if (a->vm) {
     if (explicit_cleanup) {
       cm__arena_trim(a, UINT64_MAX, NULL, 1, 0);
-    } else {
+    } else if (!(a->owned && cm__arena_has_room(a, 0))) { /* the default holds while it can */
       uint64_t budget = keep_budget(a);
       if (a->low_free > budget) cm__arena_trim(a, a->low_free - budget, NULL, 1, 0);
     }

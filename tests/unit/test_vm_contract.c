@@ -343,13 +343,14 @@ static void room_is_asked_rarely(void) {
   enum { N = 200, MORE = 80 };
   cm_handle_t h[N + MORE];
   cm_storage_stats_t st;
-  /* 10 MiB blocks are larger than a quarter of a growth chunk (32 MiB on
-   * 64 GiB): growth is exact, one growth per block */
+  /* 64 MiB blocks are larger than a quarter of a growth step (64 MiB at
+   * least, at most 1/128 of the free memory above half the device): growth
+   * is exact, one object per block */
   cm_storage_stats(s, &st);
   uint64_t before = st.creates, q0 = st.mem_queries;
-  for (int i = 0; i < N; i++) ASSERT_OK(cm_manager_reserve(m, 10 * MiB, &h[i], NULL));
+  for (int i = 0; i < N; i++) ASSERT_OK(cm_manager_reserve(m, 64 * MiB, &h[i], NULL));
   cm_storage_stats(s, &st);
-  EXPECT_EQ(st.creates - before, N); /* room: each 10 MiB block is one object */
+  EXPECT_EQ(st.creates - before, N); /* room: each 64 MiB block is one object */
   /* one query per 64 decisions (one per growth before), one more at most for
    * the decision that found the cached answer spent */
   EXPECT_GE(st.mem_queries - q0, 1);
@@ -359,10 +360,10 @@ static void room_is_asked_rarely(void) {
   int first_split = -1;
   for (int i = N; i < N + MORE; i++) {
     uint64_t c0 = st.creates;
-    ASSERT_OK(cm_manager_reserve(m, 10 * MiB, &h[i], NULL));
+    ASSERT_OK(cm_manager_reserve(m, 64 * MiB, &h[i], NULL));
     cm_storage_stats(s, &st);
-    if (st.creates - c0 == 5 && first_split < 0) first_split = i - N;
-    if (first_split >= 0) EXPECT_EQ(st.creates - c0, 5); /* one object per granule from then on */
+    if (st.creates - c0 == 32 && first_split < 0) first_split = i - N;
+    if (first_split >= 0) EXPECT_EQ(st.creates - c0, 32); /* one object per granule from then on */
   }
   EXPECT_GE(first_split, 0);
   EXPECT_LE(first_split, 64);
