@@ -63,6 +63,9 @@
 #define HOLD_STEP_MIN (64ull << 20)
 #define HOLD_STEP_MAX_SHIFT 7
 #define ROOMY_SHIFT 4
+/* ... and a block's granules in objects of up to 1/2^PIECES_SHIFT of them
+ * (at most about 16 objects a block, however large). */
+#define PIECES_SHIFT 4
 #define SEG_MIN (2ull << 20)
 #define ROOM_REFRESH 64      /* has_room decisions between two queries of the device's memory */
 #define ROOM_MARGIN_SHIFT 3  /* ... and one whenever the answer is within total/8 of half free */

@@ -375,6 +375,8 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
       a->omax = UINT32_MAX; /* the device stays 7/8 free: the whole growth is one object */
     } else { /* granules shared with neighbours: small objects; the growth: one object */
       if (a->room_omax > a->omax) a->omax = a->room_omax;
+      uint64_t q = (g1 - g0 + 1) >> PIECES_SHIFT; /* at most ~2^PIECES_SHIFT objects a block */
+      if (q > a->omax) a->omax = q;
       if (!large) {
         a->own_lo = g1 + 1;
         a->own_hi = UINT64_MAX - 1;
