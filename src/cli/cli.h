@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "cubemem/config.h"
+#include "cubemem/costs.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
 
@@ -124,5 +125,18 @@ typedef struct cli_trace_info {
  * (the error printed as "PATH[:LINE]: message"). */
 int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t *o,
                    cm_trace_t **out, cli_trace_info_t *info);
+
+/* ---- the driver-time model (cli_costs.c) ---------------------------------------------- */
+
+/* --driver-costs a100 | fast | FILE into *out; prints "cubemem CMD:
+ * --driver-costs ...: why" (file, line) and returns 2 on a bad value. */
+int cli_driver_costs_option(const char *cmd, const char *val, cm_driver_costs_t *out);
+/* Write "driver_time_model":{"costs":NAME,"total_ns":N,"by_kind":{...}} (no
+ * leading comma) for the calls counted in *s; with `measured`, also
+ * "measured_ns" (the time the backend measured, every kind together). */
+void cli_driver_time_json(FILE *f, const cm_driver_costs_t *c, const cm_storage_stats_t *s,
+                          bool measured);
+/* "12.345 ms" (or "1.234 s") for ns into buf. */
+void cli_fmt_ms(uint64_t ns, char *buf, size_t cap);
 
 #endif
