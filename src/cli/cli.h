@@ -139,4 +139,18 @@ void cli_driver_time_json(FILE *f, const cm_driver_costs_t *c, const cm_storage_
 /* "12.345 ms" (or "1.234 s") for ns into buf. */
 void cli_fmt_ms(uint64_t ns, char *buf, size_t cap);
 
+/* ---- fit: each probe is the replay of `replay --device-memory C` (cli_fit.c) ---------- */
+
+/* A --pools layout to resolve for every probed capacity. */
+typedef struct cli_fit_layout {
+  const char *text;  /* the --pools text */
+  uint64_t alignment; /* --alignment, 0 = 512 */
+  cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS]; /* the last capacity's pools */
+} cli_fit_layout_t;
+/* cm_fit_options_t.configure for a cli_fit_layout_t (arg): props and pools
+ * as `replay --device-memory capacity` resolves them (max page = capacity /
+ * 4). Prints nothing; CM_EINVAL with the reason when the layout does not
+ * exist on that device. */
+int cli_fit_configure(void *arg, uint64_t capacity, cm_manager_config_t *cfg, cm_diag_t *diag);
+
 #endif

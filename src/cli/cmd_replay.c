@@ -320,18 +320,25 @@ static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *
 }
 
 /* --fit: the smallest simulated device on which `t` replays under `lay` with
- * no failed reservation (cm_replay_fit; the layout stays resolved for the
- * device of --device-memory). 0 when the trace does not fit even unlimited. */
+ * no failed reservation (cm_replay_fit; each probed capacity C resolves the
+ * layout as --device-memory C would, so the figure is a replay that fits).
+ * 0 when the trace does not fit even on a much larger device. */
 static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
   cm_manager_config_t mc;
   cm_manager_config_init(&mc);
-  mc.name = "fit";
+  mc.name = "replay";
   mc.props = env->props;
   mc.pools = lay->pools;
   mc.pool_count = lay->count;
   mc.persistent_memory = env->cfg->persistent_memory;
+  cli_fit_layout_t resolve = {.text = lay->text, .alignment = env->o->alignment};
+  cm_fit_options_t fo;
+  cm_fit_options_init(&fo);
+  fo.configure = cli_fit_configure;
+  fo.configure_arg = &resolve;
+  fo.unconstrained_capacity = env->capacity;
   cm_fit_result_t fr;
-  return cm_replay_fit(t, &mc, NULL, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
+  return cm_replay_fit(t, &mc, &fo, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
 }
 
 /* ---- main ------------------------------------------------------------------- */
