@@ -131,9 +131,10 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
 /* --driver-costs a100 | fast | FILE into *out; prints "cubemem CMD:
  * --driver-costs ...: why" (file, line) and returns 2 on a bad value. */
 int cli_driver_costs_option(const char *cmd, const char *val, cm_driver_costs_t *out);
-/* Write "driver_time_model":{"costs":NAME,"total_ns":N,"by_kind":{...}} (no
- * leading comma) for the calls counted in *s; with `measured`, also
- * "measured_ns" (the time the backend measured, every kind together). */
+/* Write "driver_time_model":{"costs":NAME,"total_ns":N,"by_kind":{...},
+ * "us_per_call":{...}} (no leading comma) for the calls counted in *s; with
+ * `measured`, also "measured_ns" (the time the backend measured, every kind
+ * together). */
 void cli_driver_time_json(FILE *f, const cm_driver_costs_t *c, const cm_storage_stats_t *s,
                           bool measured);
 /* "12.345 ms" (or "1.234 s") for ns into buf. */

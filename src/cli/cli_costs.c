@@ -35,6 +35,12 @@ void cli_driver_time_json(FILE *f, const cm_driver_costs_t *c, const cm_storage_
           ",\"free\":%" PRIu64 ",\"mem_query\":%" PRIu64 ",\"sync\":%" PRIu64 "}",
           t.total_ns, t.create_ns, t.map_ns, t.set_access_ns, t.unmap_ns, t.release_ns,
           t.reserve_ns, t.address_free_ns, t.alloc_ns, t.free_ns, t.mem_query_ns, t.sync_ns);
+  fprintf(f,
+          ",\"us_per_call\":{\"create\":%.6g,\"map\":%.6g,\"set_access\":%.6g,\"unmap\":%.6g"
+          ",\"release\":%.6g,\"reserve\":%.6g,\"address_free\":%.6g,\"alloc\":%.6g"
+          ",\"free\":%.6g,\"mem_query\":%.6g,\"sync\":%.6g}",
+          c->create_us, c->map_us, c->set_access_us, c->unmap_us, c->release_us, c->reserve_us,
+          c->address_free_us, c->alloc_us, c->free_us, c->mem_query_us, c->sync_us);
   if (measured) fprintf(f, ",\"measured_ns\":%" PRIu64, cm_driver_time_measured(s));
   fputc('}', f);
 }

@@ -65,6 +65,7 @@ def check_model(where, calls, model):
     for kind, us in US.items():
         want = round(us * 1000 * calls[CALLS[kind]])
         if abs(model["by_kind"][kind] - want) > 1: fail(f"{where}: {kind} {model['by_kind'][kind]} != {want}")
+        if abs(model["us_per_call"][kind] - us) > 1e-9: fail(f"{where}: {kind} costs {model['us_per_call'][kind]} us")
     if model["total_ns"] != sum(model["by_kind"].values()): fail(f"{where}: total != sum of kinds")
 for name in ("sim", "cuda"):
     path = os.path.join(work, name + ".json")
