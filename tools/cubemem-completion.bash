@@ -17,14 +17,15 @@ _cubemem() {
     --device-memory) COMPREPLY=($(compgen -W "80GiB 40GiB 24GiB 16GiB" -- "$cur")); return ;;
     --alignment) COMPREPLY=($(compgen -W "256 512 1024" -- "$cur")); return ;;
     --config) COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -d -- "$cur")); return ;;
+    --driver-costs) COMPREPLY=($(compgen -W "a100 fast" -- "$cur") $(compgen -f -X '!*.toml' -- "$cur")); return ;;
     --grid) COMPREPLY=($(compgen -W "2MiB 4MiB 64MiB" -- "$cur")); return ;;
-    --svg|--repeat|--confirm|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --svg|--repeat|--runs|--confirm|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   local opts
   case $cmd in
-    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --no-progress --help" ;;
-    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --json --skip-bad-lines --no-progress --help" ;;
-    plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --skip-bad-lines --help" ;;
+    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --no-progress --help" ;;
+    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --json --skip-bad-lines --no-progress --help" ;;
+    plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --driver-costs --skip-bad-lines --help" ;;
     check-config) opts="--lenient --help" ;;
     *) opts="--help" ;;
   esac

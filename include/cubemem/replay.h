@@ -290,6 +290,22 @@ typedef struct cm_fit_options {
   /* Called after each replay from the calling thread (may be NULL). */
   void (*progress)(void *arg, unsigned replays, uint64_t lo, uint64_t hi);
   void *progress_arg;
+  /* Optional: resolve the manager configuration for a device of `capacity`
+   * bytes before each replay on it (e.g. presets whose page sizes follow the
+   * device), so that each probe is the replay a tool would run on that
+   * device. It receives a copy of the caller's configuration and may change
+   * its props and pools (pools must stay valid until the next call or the
+   * end of the search); a non-zero return means the layout does not exist on
+   * that device, which then counts as not fitting. NULL (default): the
+   * configuration is used unchanged for every capacity. */
+  int (*configure)(void *arg, uint64_t capacity, cm_manager_config_t *cfg, cm_diag_t *diag);
+  void *configure_arg;
+  /* The device of the unconstrained run: 0 (default) = an unlimited device;
+   * else a device of this capacity (resolved by `configure`), whose run is
+   * then the reference figure (unconstrained_peak). When the trace does not
+   * fit there, capacities of twice, four times... as much are tried (up to
+   * 1024 times) to bound the search. */
+  uint64_t unconstrained_capacity;
 } cm_fit_options_t;
 
 typedef struct cm_fit_result {
@@ -300,6 +316,13 @@ typedef struct cm_fit_result {
   unsigned replays;              /* replays the search ran */
   unsigned nonmonotone;          /* capacities above a passing one that failed */
   uint64_t first_nonmonotone;    /* the first such capacity, 0 if none */
+  /* The unconstrained run: its device (0 = unlimited), its failed reserves
+   * (non-zero only when the trace does not fit on a bounded device; the
+   * search then went above it) and its storage counters (driver calls by
+   * kind, for the driver-time model). */
+  uint64_t unconstrained_capacity;
+  uint64_t unconstrained_failed;
+  cm_storage_stats_t unconstrained_storage;
 } cm_fit_result_t;
 
 /* Fill *o with the defaults. */
@@ -309,10 +332,12 @@ CM_API void cm_fit_options_init(cm_fit_options_t *o);
  * CUDA driver's rules and refuses to go over its capacity) on which `trace`
  * replays with no failed reservation, through managers configured by `cfg`
  * (its pools, props and persistent-memory mode; its name and logger are
- * used as given; cfg->props is kept fixed whatever the capacity, so presets
- * are those of the device the layout was chosen for). Binary search on the
- * grid between the trace's peak live bytes and the unconstrained peak, then
- * confirmations above (see cm_fit_options_t). opts may be NULL. Errors:
+ * used as given; without opts->configure cfg->props is kept fixed whatever
+ * the capacity, with it each capacity gets its own configuration). Binary
+ * search on the grid between the trace's peak live bytes and the
+ * unconstrained peak, then confirmations above (see cm_fit_options_t); the
+ * result is always a capacity that was replayed and fitted. opts may be
+ * NULL. Errors:
  * CM_EINVAL (NULL args), the first failure's status when the trace does not replay even on an
  * unlimited device (e.g. a request no pool accepts; diag says why), the
  * manager's creation errors, CM_ENOMEM. Thread-safe for distinct outputs. */

@@ -7,6 +7,7 @@
 
     runs = cubemem.replay("run.csv", pools=["default", "subslices"])
     runs[0]["peak_reserved_bytes"]         # the objects `cubemem replay --json` prints
+    runs[0]["driver_time_model"]["total_ns"]  # modelled time in the driver (a100 costs)
     layout = cubemem.plan("run.csv")["layout"]
     cubemem.replay("run.csv", pools=[layout])
 
@@ -28,6 +29,7 @@ here needs a GPU except the allocator itself.
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -85,8 +87,11 @@ def _traces(traces):
     return paths, temps
 
 
-def _options(pools, device, device_memory, alignment, persistent_memory, skip_bad_lines, config):
+def _options(pools, device, device_memory, alignment, persistent_memory, skip_bad_lines, config,
+             driver_costs=None):
     args = []
+    if driver_costs:
+        args += ["--driver-costs", os.fspath(driver_costs)]
     for p in ([pools] if isinstance(pools, str) else list(pools or [])):
         args += ["--pools", p]
     if device:
@@ -125,32 +130,49 @@ def _run(cmd, traces, args, json_lines=True, ok_codes=(0,)):
 
 
 def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
-           persistent_memory=None, skip_bad_lines=False, config=None):
+           persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None,
+           runs=None):
     """Replay one trace or a list of traces under each layout of `pools` (a
     layout text or a list of them; default: cubemem's default layout) and
     return one dict per (trace, layout): the objects `cubemem replay --json`
-    prints (peak_live_bytes, peak_reserved_bytes, failed_allocs, pools, ...).
-    device: "sim" (default), "cuda", "cuda:sync", "cuda:async". A run with
-    failed reservations still returns its results (check failed_allocs)."""
+    prints (peak_live_bytes, peak_reserved_bytes, failed_allocs, pools,
+    driver_calls, driver_time_model, ...).
+    device: "sim" (default), "cuda", "cuda:sync", "cuda:async".
+    driver_costs: "a100" (default), "fast" or the path of a TOML cost file
+    (the model behind driver_time_model). runs: replay the trace that many
+    times through one manager and report each run (the "runs" list). A run
+    with failed reservations still returns its results (check
+    failed_allocs)."""
     args = ["--json", "--no-progress"] + _options(pools, device, device_memory, alignment,
-                                                  persistent_memory, skip_bad_lines, config)
+                                                  persistent_memory, skip_bad_lines, config,
+                                                  driver_costs)
+    if runs is not None:
+        args += ["--runs", str(int(runs))]
     return _run("replay", traces, args, ok_codes=(0, 3))
 
 
 def fit(traces, pools=None, device=None, device_memory=None, alignment=None,
-        persistent_memory=None, skip_bad_lines=False, config=None):
-    """`cubemem fit --json`: the replay objects plus each layout's fit_bytes.
-    Raises CubememError when this cubemem has no fit command."""
+        persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None):
+    """`cubemem fit --json`: per (trace, layout) fit_bytes, the unconstrained
+    replay on the device_memory device (what replay() reports there) and its
+    driver_time_model. Raises CubememError when this cubemem has no fit
+    command."""
     args = ["--json", "--no-progress"] + _options(pools, device, device_memory, alignment,
-                                                  persistent_memory, skip_bad_lines, config)
+                                                  persistent_memory, skip_bad_lines, config,
+                                                  driver_costs)
     return _run("fit", traces, args, ok_codes=(0, 3))
 
 
-def plan(trace, pools=None, device_memory=None, alignment=None, skip_bad_lines=False):
+def plan(trace, pools=None, device_memory=None, alignment=None, skip_bad_lines=False,
+         driver_costs=None):
     """`cubemem plan`: dry-run one trace and measure every pool. Returns
     {"layout": the planned layout text (for replay(pools=[...]) or
-    CUBEMEM_POOLS), "report": the full text}."""
+    CUBEMEM_POOLS), "report": the full text, "driver_time_ms": {"layout": ms,
+    "plan": ms} (the modelled driver time of the measured layout and of the
+    plan, under driver_costs: "a100" by default, "fast" or a TOML file)}."""
     args = []
+    if driver_costs:
+        args += ["--driver-costs", os.fspath(driver_costs)]
     if pools:
         args += ["--pools", pools]
     if device_memory is not None:
@@ -163,7 +185,12 @@ def plan(trace, pools=None, device_memory=None, alignment=None, skip_bad_lines=F
     lines = [l for l in text.splitlines() if l.strip()]
     if not lines:
         raise CubememError("cubemem plan printed nothing")
-    return {"layout": lines[-1].strip(), "report": text}
+    times = {}
+    for l in lines:
+        m = re.match(r"\s+(layout|plan)\s+([0-9.]+) (ms|s) in [0-9,]+ driver calls", l)
+        if m:
+            times[m.group(1)] = float(m.group(2)) * (1000.0 if m.group(3) == "s" else 1.0)
+    return {"layout": lines[-1].strip(), "report": text, "driver_time_ms": times}
 
 
 from . import torch  # noqa: E402  (cubemem.torch.enable())

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "cubemem/config.h"
+#include "cubemem/costs.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
 
@@ -124,5 +125,33 @@ typedef struct cli_trace_info {
  * (the error printed as "PATH[:LINE]: message"). */
 int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t *o,
                    cm_trace_t **out, cli_trace_info_t *info);
+
+/* ---- the driver-time model (cli_costs.c) ---------------------------------------------- */
+
+/* --driver-costs a100 | fast | FILE into *out; prints "cubemem CMD:
+ * --driver-costs ...: why" (file, line) and returns 2 on a bad value. */
+int cli_driver_costs_option(const char *cmd, const char *val, cm_driver_costs_t *out);
+/* Write "driver_time_model":{"costs":NAME,"total_ns":N,"by_kind":{...},
+ * "us_per_call":{...}} (no leading comma) for the calls counted in *s; with
+ * `measured`, also "measured_ns" (the time the backend measured, every kind
+ * together). */
+void cli_driver_time_json(FILE *f, const cm_driver_costs_t *c, const cm_storage_stats_t *s,
+                          bool measured);
+/* "12.345 ms" (or "1.234 s") for ns into buf. */
+void cli_fmt_ms(uint64_t ns, char *buf, size_t cap);
+
+/* ---- fit: each probe is the replay of `replay --device-memory C` (cli_fit.c) ---------- */
+
+/* A --pools layout to resolve for every probed capacity. */
+typedef struct cli_fit_layout {
+  const char *text;  /* the --pools text */
+  uint64_t alignment; /* --alignment, 0 = 512 */
+  cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS]; /* the last capacity's pools */
+} cli_fit_layout_t;
+/* cm_fit_options_t.configure for a cli_fit_layout_t (arg): props and pools
+ * as `replay --device-memory capacity` resolves them (max page = capacity /
+ * 4). Prints nothing; CM_EINVAL with the reason when the layout does not
+ * exist on that device. */
+int cli_fit_configure(void *arg, uint64_t capacity, cm_manager_config_t *cfg, cm_diag_t *diag);
 
 #endif

@@ -5,10 +5,14 @@
  *
  * The device is the simulated one, refusing to go over its capacity and
  * enforcing the CUDA driver's virtual-memory rules, so the figure predicts a
- * real device with that much free memory. Layouts are resolved once for the
- * device given by --device-memory (presets use max page = SIZE / 4), and the
- * search varies only the capacity. Output: a table (text) or one JSON object
- * per (trace, layout) line. Exit codes: 0 ok, 1 a trace could not be read or
+ * real device with that much free memory. Every probe of capacity C builds
+ * exactly what `cubemem replay --device-memory C` builds (the layout
+ * resolved for C: presets use max page = C / 4; the same simulated device,
+ * configuration and persistent-memory mode; cli_fit_configure), so a fit
+ * of C bytes is a replay that succeeds on C bytes. The unconstrained figure
+ * is the replay on the --device-memory device (80 GiB by default), the one
+ * `cubemem replay` reports, with its modelled driver time (--driver-costs).
+ * Output: a table (text) or one JSON object per (trace, layout) line. Exit codes: 0 ok, 1 a trace could not be read or
  * does not replay even without a limit, 2 usage errors.
  * Exports cm_cli_fit (cli.h).
  */
@@ -30,6 +34,7 @@
 
 typedef struct fit_opts {
   uint64_t capacity, alignment, grid;
+  cm_driver_costs_t costs;  /* --driver-costs */
   unsigned confirmations;
   const char *layouts[FIT_MAX_LAYOUTS];
   size_t layout_count;
@@ -56,8 +61,12 @@ static void fit_usage(FILE *out) {
           "options:\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list\n"
           "                         (as for replay). Repeat to compare layouts.\n"
-          "  --device-memory SIZE   the device the layouts are resolved for (default 80GiB;\n"
-          "                         presets use max page = SIZE / 4)\n"
+          "  --device-memory SIZE   the device of the unconstrained replay, the figure\n"
+          "                         'cubemem replay' reports (default 80GiB); every probed\n"
+          "                         capacity C resolves the layout as 'replay --device-memory C'\n"
+          "                         does (presets use max page = C / 4)\n"
+          "  --driver-costs C       the driver-time model of the unconstrained replay: a100\n"
+          "                         (default), fast, or a TOML file ([driver_costs])\n"
           "  --alignment N          pool alignment in bytes, a power of two (default 512)\n"
           "  --persistent-memory M  enabled | size-match | disabled | enforced\n"
           "  --config PATH          the configuration (cubecl.toml, or burn.toml's [cubecl]);\n"
@@ -79,6 +88,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
   o->capacity = 80ull << 30;
   o->grid = 2ull << 20;
   o->confirmations = 7;
+  if (cm_driver_costs_builtin("a100", &o->costs) != CM_OK) return 1;
   o->progress = isatty(2);
   o->snapshot_device = -1;
   o->traces = calloc((size_t)argc, sizeof *o->traces);
@@ -97,6 +107,13 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->progress = false;
     } else if (!strcmp(a, "--no-config")) {
       o->no_config = true;
+    } else if (!strcmp(a, "--driver-costs")) {
+      if (!v) {
+        fprintf(stderr, "cubemem fit: %s needs a value\n", a);
+        return 2;
+      }
+      i++;
+      if (cli_driver_costs_option("fit", v, &o->costs)) return 2;
     } else if (!strcmp(a, "--config") || !strcmp(a, "--snapshot-device") ||
                !strcmp(a, "--snapshot-free-on")) {
       if (!v) {
@@ -155,7 +172,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
     } else if (a[0] == '-' && a[1]) {
       static const char *const all[] = {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
-          "--confirm", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
+          "--confirm", "--driver-costs", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
           "--json", "--skip-bad-lines", "--no-progress", "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
@@ -183,6 +200,29 @@ static void on_fit_progress(void *arg, unsigned replays, uint64_t lo, uint64_t h
   fprintf(stderr, "\r\033[Kfit %s [%s]: %u replays, between %s and %s", p->trace, p->layout,
           replays, a, b);
   fflush(stderr);
+}
+
+/* The modelled driver time by kind, on one line under a layout's row. */
+static void print_kinds(const cm_driver_time_t *t) {
+  const struct {
+    const char *name;
+    uint64_t ns;
+  } k[] = {{"create", t->create_ns},   {"map", t->map_ns},
+           {"set access", t->set_access_ns}, {"unmap", t->unmap_ns},
+           {"release", t->release_ns}, {"stream wait", t->sync_ns},
+           {"alloc", t->alloc_ns},     {"free", t->free_ns},
+           {"reserve VA", t->reserve_ns}, {"free VA", t->address_free_ns},
+           {"memory query", t->mem_query_ns}};
+  printf("  %-40s   driver time by kind:", "");
+  bool any = false;
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (!k[i].ns) continue;
+    char ms[32];
+    cli_fmt_ms(k[i].ns, ms, sizeof ms);
+    printf("%s %s %s", any ? "," : "", k[i].name, ms);
+    any = true;
+  }
+  printf("%s\n", any ? "" : " none");
 }
 
 int cm_cli_fit(int argc, char **argv) {
@@ -214,8 +254,11 @@ int cm_cli_fit(int argc, char **argv) {
   cm_device_props_t props = {.max_page_size = o.capacity / 4,
                              .alignment = o.alignment ? o.alignment : 512};
   static cm_pool_options_t pools[FIT_MAX_LAYOUTS][CM_MAX_DYNAMIC_POOLS];
+  static cli_fit_layout_t resolve[FIT_MAX_LAYOUTS];
   size_t counts[FIT_MAX_LAYOUTS];
-  for (size_t l = 0; l < o.layout_count; l++) {
+  for (size_t l = 0; l < o.layout_count; l++) { /* checked once, with its messages */
+    resolve[l].text = o.layouts[l];
+    resolve[l].alignment = o.alignment;
     int lrc = cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
                                &counts[l]);
     if (lrc) {
@@ -228,11 +271,13 @@ int cm_cli_fit(int argc, char **argv) {
     char cap[64];
     cli_fmt_device(o.capacity, cap, sizeof cap);
     printf("smallest device on which each trace replays with no failed reservation\n"
-           "(simulated device, layouts resolved for %s, grid ", cap);
+           "(simulated device; each capacity C resolves the layouts as 'cubemem replay\n"
+           "--device-memory C' does; 'on device' is the replay on %s, as 'cubemem replay'\n"
+           "reports it, with its modelled driver time (%s); grid ", cap, o.costs.name);
     cli_fmt_iec(o.grid, cap, sizeof cap);
     printf("%s, config %s)\n\n", cap, config_used);
-    printf("  %-40s %-16s %12s %12s %8s %12s %8s %7s\n", "trace", "layout",
-           "peak live", "unlimited", "ratio", "fits in", "ratio", "replays");
+    printf("  %-40s %-16s %12s %12s %8s %12s %8s %7s %12s\n", "trace", "layout",
+           "peak live", "on device", "ratio", "fits in", "ratio", "replays", "driver time");
   }
   cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
                             .free_on_requested = o.free_on_requested};
@@ -255,6 +300,9 @@ int cm_cli_fit(int argc, char **argv) {
       cm_fit_options_init(&fo);
       fo.grid = o.grid;
       fo.confirmations = o.confirmations;
+      fo.configure = cli_fit_configure;
+      fo.configure_arg = &resolve[l];
+      fo.unconstrained_capacity = o.capacity;
       fit_progress_t pc = {tname, o.layouts[l]};
       if (o.progress) {
         fo.progress = on_fit_progress;
@@ -278,11 +326,16 @@ int cm_cli_fit(int argc, char **argv) {
         cli_json_string(stdout, o.layouts[l]);
         printf(",\"device_memory\":%" PRIu64 ",\"grid\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
                ",\"unconstrained_peak_reserved\":%" PRIu64 ",\"unconstrained_over_live\":%.6f"
+               ",\"unconstrained_device_memory\":%" PRIu64
+               ",\"unconstrained_failed_allocs\":%" PRIu64
                ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f,\"replays\":%u"
                ",\"nonmonotone\":%u,\"first_nonmonotone\":%" PRIu64 ",\"config\":",
-               o.capacity, o.grid, fr.peak_live_bytes, fr.unconstrained_peak, unl, fr.fit_bytes,
+               o.capacity, o.grid, fr.peak_live_bytes, fr.unconstrained_peak, unl,
+               fr.unconstrained_capacity, fr.unconstrained_failed, fr.fit_bytes,
                fr.ratio, fr.replays, fr.nonmonotone, fr.first_nonmonotone);
         cli_json_string(stdout, config_used);
+        fputc(',', stdout);
+        cli_driver_time_json(stdout, &o.costs, &fr.unconstrained_storage, false);
         fputs("}\n", stdout);
       } else {
         char a[32], b[32], c[32];
@@ -290,10 +343,18 @@ int cm_cli_fit(int argc, char **argv) {
         cm_format_bytes(fr.unconstrained_peak, b, sizeof b);
         cm_format_bytes(fr.fit_bytes, c, sizeof c);
         const char *base = strrchr(tname, '/');
-        printf("  %-40.40s %-16.16s %12s %12s %8.4f %12s %8.4f %7u\n", base ? base + 1 : tname,
-               o.layouts[l], a, b, unl, c, fr.ratio, fr.replays);
+        cm_driver_time_t dt;
+        cm_driver_time_model(&o.costs, &fr.unconstrained_storage, &dt);
+        char ms[32];
+        cli_fmt_ms(dt.total_ns, ms, sizeof ms);
+        printf("  %-40.40s %-16.16s %12s %12s %8.4f %12s %8.4f %7u %12s\n",
+               base ? base + 1 : tname, o.layouts[l], a, b, unl, c, fr.ratio, fr.replays, ms);
         printf("  %-40s %-16s %12" PRIu64 " %12" PRIu64 " %8s %12" PRIu64 "\n", "", "  (bytes)",
                fr.peak_live_bytes, fr.unconstrained_peak, "", fr.fit_bytes);
+        print_kinds(&dt);
+        if (fr.unconstrained_failed)
+          printf("  %-40s note: %" PRIu64 " reservations failed on the --device-memory device;"
+                 " the search went above it\n", "", fr.unconstrained_failed);
         if (fr.nonmonotone) {
           cm_format_bytes(fr.first_nonmonotone, a, sizeof a);
           printf("  %-40s note: %u larger capacities failed (first %s); the result is the "

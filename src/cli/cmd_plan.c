@@ -48,6 +48,7 @@ typedef struct plan_opts {
   bool no_config;
   int snapshot_device;
   bool free_on_requested;
+  cm_driver_costs_t costs; /* --driver-costs */
 } plan_opts_t;
 
 static void usage(FILE *out) {
@@ -70,6 +71,9 @@ static void usage(FILE *out) {
           "  --snapshot-device N    the device of a PyTorch snapshot (default: the first with\n"
           "                         trace entries)\n"
           "  --snapshot-free-on E   completed (default) | requested\n"
+          "  --driver-costs C       the driver-time model of the layout and the plan (each\n"
+          "                         replayed once more, not dry): a100 (default), fast, or a\n"
+          "                         TOML file ([driver_costs])\n"
           "  --skip-bad-lines       skip (and count) malformed trace lines\n"
           "\n" CLI_SIZE_HELP);
 }
@@ -78,6 +82,7 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
   o->capacity = 80ull << 30;
   o->alignment = 512;
   o->layout = "default";
+  if (cm_driver_costs_builtin("a100", &o->costs) != CM_OK) return 1;
   o->snapshot_device = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -102,7 +107,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
       continue;
     }
     static const char *const names[] = {"--device-memory", "--alignment", "--pools", "--config",
-                                        "--snapshot-device", "--snapshot-free-on"};
+                                        "--snapshot-device", "--snapshot-free-on",
+                                        "--driver-costs"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
       size_t L = strlen(names[k]);
@@ -113,7 +119,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
     }
     if (!name) {
       static const char *const all[] = {"--device-memory", "--alignment", "--pools", "--config",
-                                        "--snapshot-device", "--snapshot-free-on", "--no-config",
+                                        "--snapshot-device", "--snapshot-free-on",
+                                        "--driver-costs", "--no-config",
                                         "--skip-bad-lines", "--help"};
       return cli_unknown_option("plan", a, all, sizeof all / sizeof all[0]);
     }
@@ -123,6 +130,8 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
     }
     if (!strcmp(name, "--pools")) {
       o->layout = val;
+    } else if (!strcmp(name, "--driver-costs")) {
+      if (cli_driver_costs_option("plan", val, &o->costs)) return 2;
     } else if (!strcmp(name, "--config")) {
       o->config_path = val;
     } else if (!strcmp(name, "--snapshot-device")) {
@@ -153,11 +162,11 @@ static int parse_args(int argc, char **argv, plan_opts_t *o) {
   return 0;
 }
 
-/* One dry-run replay of `t` through a fresh simulated device and manager
- * (pm: persistent_memory of the configuration in force). */
-static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_t n,
-                      cm_device_props_t props, uint64_t capacity, cm_persistent_memory_t pm,
-                      cm_replay_result_t *res, cm_diag_t *d) {
+/* One replay of `t` through a fresh simulated device and manager (pm:
+ * persistent_memory of the configuration in force), dry unless `real`. */
+static int replay_on_sim(const cm_trace_t *t, const cm_pool_options_t *pools, size_t n,
+                         cm_device_props_t props, uint64_t capacity, cm_persistent_memory_t pm,
+                         bool real, cm_replay_result_t *res, cm_diag_t *d) {
   cm_storage_t *st = NULL;
   int rc = cm_storage_sim_create(capacity, true, 0, &st);
   if (rc) {
@@ -178,9 +187,9 @@ static int dry_replay(const cm_trace_t *t, const cm_pool_options_t *pools, size_
     cm_storage_destroy(st);
     return rc;
   }
-  cm_manager_dry_run_begin(m);
+  if (!real) cm_manager_dry_run_begin(m);
   rc = cm_replay_run(t, m, NULL, res, d);
-  cm_manager_dry_run_end(m);
+  if (!real) cm_manager_dry_run_end(m);
   cm_manager_destroy(m);
   return rc;
 }
@@ -232,6 +241,8 @@ typedef struct plan_report {
   size_t n, m;
   const cm_replay_result_t *base, *check; /* the measuring run, the plan's replay */
   const char *text;                       /* the plan in the --pools syntax */
+  /* the layout and the plan replayed for real (driver calls), or NULL */
+  const cm_replay_result_t *base_real, *plan_real;
 } plan_report_t;
 
 /* The persistent_memory of the configuration (--config, discovered or
@@ -273,7 +284,7 @@ static int check_plan(const plan_opts_t *o, const cm_trace_t *t, cm_device_props
     return 1;
   }
   cm_diag_clear(&d);
-  int rc = dry_replay(t, back, nb, props, o->capacity, pm, check, &d);
+  int rc = replay_on_sim(t, back, nb, props, o->capacity, pm, false, check, &d);
   if (rc) {
     fprintf(stderr, "cubemem plan: %s [planned]: %s\n", o->trace,
             d.message[0] ? d.message : cm_strerror(rc));
@@ -341,6 +352,40 @@ static void print_pools(const plan_report_t *r) {
                        "-", "-", "takes what exceeds the plan");
 }
 
+/* One line of modelled driver time: total, calls, then by kind. */
+static void driver_line(const char *label, const cm_driver_costs_t *c, const cm_replay_result_t *r) {
+  cm_driver_time_t t;
+  cm_driver_time_model(c, &r->storage, &t);
+  char ms[32], n[32];
+  cli_fmt_ms(t.total_ns, ms, sizeof ms);
+  cli_fmt_grouped(r->driver_calls, n, sizeof n);
+  printf("        %-7s %s in %s driver calls", label, ms, n);
+  const struct {
+    const char *name;
+    uint64_t ns;
+  } k[] = {{"create", t.create_ns},   {"map", t.map_ns},         {"set access", t.set_access_ns},
+           {"unmap", t.unmap_ns},     {"release", t.release_ns}, {"stream wait", t.sync_ns},
+           {"alloc", t.alloc_ns},     {"free", t.free_ns},       {"reserve VA", t.reserve_ns},
+           {"free VA", t.address_free_ns}, {"memory query", t.mem_query_ns}};
+  bool any = false;
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (!k[i].ns) continue;
+    cli_fmt_ms(k[i].ns, ms, sizeof ms);
+    printf("%s %s %s", any ? "," : ":", k[i].name, ms);
+    any = true;
+  }
+  printf("\n");
+}
+
+/* The modelled driver time of the layout and of the plan (--driver-costs). */
+static void print_driver_time(const plan_report_t *r) {
+  if (!r->base_real || !r->plan_real) return;
+  printf("\ndriver  modelled time in the driver (%s costs; each replayed once more on the\n"
+         "        simulated device, not dry):\n", r->o->costs.name);
+  driver_line("layout", &r->o->costs, r->base_real);
+  driver_line("plan", &r->o->costs, r->plan_real);
+}
+
 /* The check line and the planned layout (the last line). Returns the exit
  * status: 1 when the plan did worse than measured, 3 when reserves failed. */
 static int print_check(const plan_report_t *r) {
@@ -353,6 +398,7 @@ static int print_check(const plan_report_t *r) {
          " bytes)%s\n",
          check->failed_allocs, check->failed_allocs == 1 ? "" : "s", a, b,
          check->manager_reserved_peak <= base->manager_reserved_peak ? "" : "  [MORE than measured]");
+  print_driver_time(r);
   printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
   printf("%s\n", r->text);
   if (check->failed_allocs > base->failed_allocs ||
@@ -396,7 +442,7 @@ int cm_cli_plan(int argc, char **argv) {
   memset(&check, 0, sizeof check);
   cm_diag_t d;
   cm_diag_clear(&d);
-  int rc = dry_replay(t, pools, n, props, o.capacity, pm, &base, &d);
+  int rc = replay_on_sim(t, pools, n, props, o.capacity, pm, false, &base, &d);
   if (rc) {
     fprintf(stderr, "cubemem plan: %s [%s]: %s\n", o.trace, o.layout,
             d.message[0] ? d.message : cm_strerror(rc));
@@ -406,9 +452,20 @@ int cm_cli_plan(int argc, char **argv) {
   size_t m = make_plan(pools, n, base.pool_reports, plan);
   char *text = NULL;
   int status = check_plan(&o, t, props, pm, plan, m, back, &check, &text);
+  cm_replay_result_t base_real, plan_real;
+  memset(&base_real, 0, sizeof base_real);
+  memset(&plan_real, 0, sizeof plan_real);
+  bool have_real = false;
+  if (status == 0) { /* the driver calls: dry runs make none */
+    cm_diag_clear(&d);
+    have_real =
+        replay_on_sim(t, pools, n, props, o.capacity, pm, true, &base_real, &d) == CM_OK &&
+        replay_on_sim(t, plan, m, props, o.capacity, pm, true, &plan_real, &d) == CM_OK;
+  }
   if (status == 0) {
     plan_report_t r = {&o,    t, &tinfo, props, pm,     config_used, pools,
-                       plan,  n, m,      &base, &check, text};
+                       plan,  n, m,      &base, &check, text,
+                       have_real ? &base_real : NULL, have_real ? &plan_real : NULL};
     print_head(&r);
     print_pools(&r);
     status = print_check(&r);
@@ -416,6 +473,8 @@ int cm_cli_plan(int argc, char **argv) {
   free(text);
   cm_replay_result_free(&base);
   cm_replay_result_free(&check);
+  cm_replay_result_free(&base_real);
+  cm_replay_result_free(&plan_real);
   cm_trace_free(t);
   return status;
 }

@@ -68,6 +68,12 @@ static void usage(FILE *out) {
           "  --no-config            use no configuration file (the defaults)\n"
           "  --persistent-memory M  enabled | size-match | disabled | enforced\n"
           "  --repeat N             replay N times (fresh manager each), report the median time\n"
+          "  --runs N               also replay the trace N times through ONE manager and\n"
+          "                         device (what the trace left live is freed between runs,\n"
+          "                         like a second epoch) and report each run's driver calls\n"
+          "                         and modelled driver time (default 1)\n"
+          "  --driver-costs C       the driver-time model: a100 (default), fast, or a TOML\n"
+          "                         file with a [driver_costs] table (see docs/replay.md)\n"
           "  --json                 one JSON object per (trace, layout) line\n"
           "  --svg FILE             write a timeline of live and reserved bytes and a per-pool\n"
           "                         breakdown\n"
@@ -254,19 +260,85 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   return CM_OK;
 }
 
-/* --fit: the smallest simulated device on which `t` replays under `lay` with
- * no failed reservation (cm_replay_fit; the layout stays resolved for the
- * device of --device-memory). 0 when the trace does not fit even unlimited. */
-static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
+/* Counters of b minus those of a (driver calls by kind and their measured
+ * time; levels as in b). */
+static cm_storage_stats_t counters_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b) {
+  cm_storage_stats_t d = *b;
+#define D(f) d.f = b->f - a->f
+  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(creates); D(map_calls);
+  D(unmap_calls); D(releases); D(set_access); D(reserves); D(address_frees); D(mem_queries);
+  D(errors); D(violations); D(time_ns);
+  D(call_ns.creates); D(call_ns.maps); D(call_ns.set_access); D(call_ns.unmaps);
+  D(call_ns.releases); D(call_ns.allocs); D(call_ns.frees); D(call_ns.reserves);
+  D(call_ns.address_frees); D(call_ns.syncs); D(call_ns.mem_queries);
+#undef D
+  return d;
+}
+
+/* --runs: replay `t` o->runs times through one storage and manager (each
+ * cm_replay_run frees what the trace left live before returning) and keep
+ * each run's counters and failed reserves in out. */
+static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *t, run_t *out,
+                       cm_diag_t *d) {
+  unsigned n = env->o->runs;
+  out->run_stats = calloc(n, sizeof *out->run_stats);
+  out->run_failed = calloc(n, sizeof *out->run_failed);
+  if (!out->run_stats || !out->run_failed) return CM_ENOMEM;
+  cm_storage_t *st = NULL;
+  uint64_t cap = env->capacity;
+  int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
+  if (rc) return rc;
   cm_manager_config_t mc;
   cm_manager_config_init(&mc);
-  mc.name = "fit";
+  mc.name = "replay";
   mc.props = env->props;
   mc.pools = lay->pools;
   mc.pool_count = lay->count;
   mc.persistent_memory = env->cfg->persistent_memory;
+  mc.logger = env->logger;
+  cm_manager_t *m = NULL;
+  rc = cm_manager_create(st, &mc, &m, d);
+  if (rc) {
+    cm_storage_destroy(st);
+    return rc;
+  }
+  cm_storage_stats_t before, after;
+  cm_storage_stats(st, &before);
+  for (unsigned k = 0; k < n && rc == CM_OK; k++) {
+    cm_replay_result_t r;
+    rc = cm_replay_run(t, m, NULL, &r, d);
+    if (rc) break;
+    cm_storage_stats(st, &after);
+    out->run_stats[k] = counters_delta(&before, &after);
+    out->run_failed[k] = r.failed_allocs;
+    before = after;
+    cm_replay_result_free(&r);
+    out->nruns = k + 1;
+  }
+  cm_manager_destroy(m);
+  return rc;
+}
+
+/* --fit: the smallest simulated device on which `t` replays under `lay` with
+ * no failed reservation (cm_replay_fit; each probed capacity C resolves the
+ * layout as --device-memory C would, so the figure is a replay that fits).
+ * 0 when the trace does not fit even on a much larger device. */
+static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
+  cm_manager_config_t mc;
+  cm_manager_config_init(&mc);
+  mc.name = "replay";
+  mc.props = env->props;
+  mc.pools = lay->pools;
+  mc.pool_count = lay->count;
+  mc.persistent_memory = env->cfg->persistent_memory;
+  cli_fit_layout_t resolve = {.text = lay->text, .alignment = env->o->alignment};
+  cm_fit_options_t fo;
+  cm_fit_options_init(&fo);
+  fo.configure = cli_fit_configure;
+  fo.configure_arg = &resolve;
+  fo.unconstrained_capacity = env->capacity;
   cm_fit_result_t fr;
-  return cm_replay_fit(t, &mc, NULL, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
+  return cm_replay_fit(t, &mc, &fo, &fr, NULL) == CM_OK ? fr.fit_bytes : 0;
 }
 
 /* ---- main ------------------------------------------------------------------- */
@@ -277,6 +349,7 @@ static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace
 static bool value_option(int argc, char **argv, int *i, const char **name, const char **val) {
   static const char *const with_value[] = {"--device-memory", "--alignment", "--pools",
                                            "--config", "--persistent-memory", "--repeat",
+                                           "--runs", "--driver-costs",
                                            "--svg", "--device", "--html", "--snapshot-device",
                                            "--snapshot-free-on"};
   const char *a = argv[*i];
@@ -318,6 +391,17 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
       return 2;
     }
     o->repeat = (unsigned)r;
+  } else if (!strcmp(name, "--runs")) {
+    char *end;
+    unsigned long r = strtoul(val, &end, 10);
+    if (!*val || *end || r == 0 || r > 1000 || val[0] == '-') {
+      fprintf(stderr, "cubemem replay: bad --runs '%s' (1..1000)\n", val);
+      return 2;
+    }
+    o->runs = (unsigned)r;
+    o->runs_given = true;
+  } else if (!strcmp(name, "--driver-costs")) {
+    if (cli_driver_costs_option("replay", val, &o->costs)) return 2;
   } else if (!strcmp(name, "--svg")) {
     o->svg = val;
   } else if (!strcmp(name, "--html")) {
@@ -347,6 +431,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->capacity = 80ull << 30;
   o->device = "sim";
   o->repeat = 1;
+  o->runs = 1;
+  if (cm_driver_costs_builtin("a100", &o->costs) != CM_OK) return 1;
   o->progress = true;
   o->snapshot_device = -1;
   o->traces = trace_buf;
@@ -378,7 +464,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
-          "--repeat", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
+          "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
           "--skip-bad-lines", "--no-progress", "--no-config", "--help"};
       return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }
@@ -492,6 +578,8 @@ static void job_free(job_t *job, const opts_t *o) {
     for (size_t k = 0; k < o->layout_count * o->trace_count; k++) {
       cm_replay_recorder_free(job->runs[k].rec);
       free(job->runs[k].json);
+      free(job->runs[k].run_stats);
+      free(job->runs[k].run_failed);
     }
   free(job->done);
   free(job->series);
@@ -509,6 +597,10 @@ static bool replay_trace(const env_t *env, const layout_t *lays, const char *tna
   for (size_t l = 0; l < o->layout_count; l++) {
     cm_diag_clear(&d);
     int rc = replay_layout(env, &lays[l], tname, t, &tr[l], &d);
+    if (rc == CM_OK && o->runs_given) {
+      rc = replay_runs(env, &lays[l], t, &tr[l], &d);
+      if (rc != CM_OK) cm_replay_result_free(&tr[l].res);
+    }
     if (rc == CM_OK && o->fit) tr[l].fit_bytes = fit_layout(env, &lays[l], t);
     if (rc != CM_OK) {
       fprintf(stderr, "cubemem replay: %s [%s]: %s\n", tname, lays[l].text,
@@ -530,6 +622,10 @@ static void report_trace(const env_t *env, job_t *job, size_t ti, const char *tn
   for (size_t l = 0; l < nl; l++) {
     job->failed_total += tr[l].res.failed_allocs;
     job->refused_total += tr[l].res.storage.violations;
+    for (unsigned k = 1; k < tr[l].nruns; k++) { /* --runs: run 1 is the replay above */
+      job->failed_total += tr[l].run_failed[k];
+      job->refused_total += tr[l].run_stats[k].violations;
+    }
   }
   if (o->json)
     for (size_t l = 0; l < nl; l++)

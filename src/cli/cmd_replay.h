@@ -24,6 +24,9 @@ typedef struct opts {
   const char *config_path;
   const char *persistent_memory;
   unsigned repeat;
+  unsigned runs;              /* --runs: replays of the trace through one manager (1) */
+  bool runs_given;            /* --runs was given: report every run */
+  cm_driver_costs_t costs;    /* --driver-costs (default: the a100 set) */
   bool json, skip_bad, progress;
   bool no_config;         /* --no-config: no discovery */
   int snapshot_device;    /* --snapshot-device, -1 = first with history */
@@ -44,6 +47,11 @@ typedef struct run {
   cm_replay_recorder_t *rec; /* with --html: what the report draws */
   uint64_t fit_bytes;        /* with --fit: the smallest device (0: not found) */
   char *json;                /* with --html: the --json object of this run */
+  /* With --runs: each run's storage counters over the run (its events and
+   * the release of what the trace left live) and its failed reserves. */
+  cm_storage_stats_t *run_stats;
+  uint64_t *run_failed;
+  unsigned nruns;
 } run_t;
 
 /* What every run of the command shares: options, device, configuration. */

@@ -35,18 +35,46 @@ static double ratio(const cm_replay_result_t *r) {
   return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
 }
 
+/* The driver calls of *d, every kind together. */
+static uint64_t calls_total(const cm_storage_stats_t *d) {
+  return d->allocs + d->deallocs + d->creates + d->map_calls + d->set_access + d->unmap_calls +
+         d->releases + d->reserves + d->address_frees + d->mem_queries;
+}
+
+/* "driver_calls":{kind: count} of *d (no leading comma). */
+static void print_calls_json(FILE *f, const cm_storage_stats_t *d) {
+  fprintf(f,
+          "\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
+          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
+          ",\"address_frees\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
+          calls_total(d), d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
+          d->unmap_calls, d->releases, d->reserves, d->address_frees, d->mem_queries);
+}
+
+/* --runs: "runs":[{"run":k,"failed_allocs":N,"driver_calls":{...},
+ * "driver_time_model":{...}}, ...] (no leading comma). */
+static void print_runs_json(FILE *f, const run_t *run, const env_t *env) {
+  bool measured = strcmp(env->o->device, "sim") != 0;
+  fputs("\"runs\":[", f);
+  for (unsigned k = 0; k < run->nruns; k++) {
+    fprintf(f, "%s{\"run\":%u,\"failed_allocs\":%" PRIu64 ",", k ? "," : "", k + 1,
+            run->run_failed[k]);
+    print_calls_json(f, &run->run_stats[k]);
+    fputc(',', f);
+    cli_driver_time_json(f, &env->o->costs, &run->run_stats[k], measured);
+    fputc('}', f);
+  }
+  fputc(']', f);
+}
+
 /* "driver_calls": {kind: count}, "driver_time_ns": {operation: ns},
  * "driver_call_time_ns": {kind: ns} (zeros on sim), and the storage's errors
  * and contract violations. */
 static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
   const cm_storage_stats_t *d = &r->storage;
-  fprintf(f,
-          ",\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
-          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
-          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
-          ",\"address_frees\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
-          r->driver_calls, d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
-          d->unmap_calls, d->releases, d->reserves, d->address_frees, d->mem_queries);
+  fputc(',', f);
+  print_calls_json(f, d);
   fprintf(f,
           ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
           ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
@@ -90,6 +118,12 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
             env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
             env->tinfo->snap.preexisting);
   print_driver_json(f, r);
+  fputc(',', f);
+  cli_driver_time_json(f, &env->o->costs, &r->storage, strcmp(env->o->device, "sim") != 0);
+  if (run->nruns) {
+    fputc(',', f);
+    print_runs_json(f, run, env);
+  }
   if (env->o->fit)
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
             r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
@@ -309,6 +343,76 @@ static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *
   }
 }
 
+/* The modelled driver time (--driver-costs): the total per layout, then a
+ * row per kind that costs time in some layout; with --runs, each run's
+ * driver calls and modelled time. */
+static void rows_model(const run_t *runs, size_t n, size_t width, const env_t *env) {
+  static const struct {
+    const char *label;
+    size_t off;
+  } kinds[] = {
+      {"  create", offsetof(cm_driver_time_t, create_ns)},
+      {"  map", offsetof(cm_driver_time_t, map_ns)},
+      {"  set access", offsetof(cm_driver_time_t, set_access_ns)},
+      {"  unmap", offsetof(cm_driver_time_t, unmap_ns)},
+      {"  release", offsetof(cm_driver_time_t, release_ns)},
+      {"  wait for stream", offsetof(cm_driver_time_t, sync_ns)},
+      {"  alloc", offsetof(cm_driver_time_t, alloc_ns)},
+      {"  free", offsetof(cm_driver_time_t, free_ns)},
+      {"  reserve VA", offsetof(cm_driver_time_t, reserve_ns)},
+      {"  free VA", offsetof(cm_driver_time_t, address_free_ns)},
+      {"  memory queries", offsetof(cm_driver_time_t, mem_query_ns)},
+  };
+  const cm_driver_costs_t *costs = &env->o->costs;
+  char c[MAX_LAYOUTS][64], label[64];
+  cm_driver_time_t t[MAX_LAYOUTS];
+  for (size_t i = 0; i < n; i++) {
+    cm_driver_time_model(costs, &runs[i].res.storage, &t[i]);
+    cli_fmt_ms(t[i].total_ns, c[i], 64);
+  }
+  snprintf(label, sizeof label, "model time (%.11s)", costs->name);
+  row(label, c, n, width);
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t ns;
+      memcpy(&ns, (const char *)&t[i] + kinds[k].off, sizeof ns);
+      any |= ns != 0;
+      cli_fmt_ms(ns, c[i], 64);
+    }
+    if (any) row(kinds[k].label, c, n, width);
+  }
+  unsigned most = 0;
+  for (size_t i = 0; i < n; i++)
+    if (runs[i].nruns > most) most = runs[i].nruns;
+  for (unsigned k = 0; k < most; k++) {
+    for (size_t i = 0; i < n; i++) {
+      if (k < runs[i].nruns) fmt_grouped(calls_total(&runs[i].run_stats[k]), c[i], 64);
+      else snprintf(c[i], 64, "-");
+    }
+    snprintf(label, sizeof label, "run %u driver calls", k + 1);
+    row(label, c, n, width);
+    for (size_t i = 0; i < n; i++) {
+      cm_driver_time_t rt;
+      if (k < runs[i].nruns) {
+        cm_driver_time_model(costs, &runs[i].run_stats[k], &rt);
+        cli_fmt_ms(rt.total_ns, c[i], 64);
+      } else {
+        snprintf(c[i], 64, "-");
+      }
+    }
+    snprintf(label, sizeof label, "  model time");
+    row(label, c, n, width);
+    if (strcmp(env->o->device, "sim") != 0) {
+      for (size_t i = 0; i < n; i++) {
+        if (k < runs[i].nruns) cli_fmt_ms(cm_driver_time_measured(&runs[i].run_stats[k]), c[i], 64);
+        else snprintf(c[i], 64, "-");
+      }
+      row("  measured", c, n, width);
+    }
+  }
+}
+
 /* The last rows: --fit's smallest device, failed reserves, time, ns per
  * operation; then each layout's first failure. */
 static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size_t width,
@@ -377,6 +481,7 @@ void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_
   print_text_head(tname, t, env);
   rows_bytes(lays, runs, n, &width);
   rows_device(runs, n, width, env);
+  rows_model(runs, n, width, env);
   rows_outcome(lays, runs, n, width, env);
   print_pool_tables(lays, runs, n);
   printf("\n");

@@ -4,10 +4,14 @@
  *
  * Each probe replays the trace on a fresh simulated device of the probed
  * capacity that refuses to go over it (and enforces the driver's virtual-
- * memory rules), through a fresh manager; a probe stops at its first failed
- * reservation. The search: one unconstrained replay gives the upper end
- * (hi, rounded up to the grid: it fits, since the device never needed more)
- * and the trace's peak live bytes the lower end (nothing fits below it);
+ * memory rules), through a fresh manager whose configuration the caller may
+ * resolve for that capacity (opts->configure: then a probe is exactly the
+ * replay a tool runs on that device); a probe stops at its first failed
+ * reservation. The search: one reference replay (on an unlimited device, or
+ * on opts->unconstrained_capacity) gives the upper end (hi: its peak
+ * rounded up to the grid, replayed again when the configuration depends on
+ * the capacity, else the reference device itself) and the trace's peak live
+ * bytes the lower end (nothing fits below it);
  * bisection on the grid finds the smallest passing capacity c; then
  * `confirmations` capacities spread evenly over (c, hi) are replayed. Fitting
  * need not be monotone (what is cached, trimmed or grown depends on when the
@@ -29,16 +33,42 @@ void cm_fit_options_init(cm_fit_options_t *o) {
   o->confirmations = 7;
 }
 
-/* One replay on a device of `capacity` bytes (0 = unlimited). *fits says
- * whether every reservation succeeded; *peak gets the peak reserved. */
-static int probe(const cm_trace_t *t, const cm_manager_config_t *cfg, uint64_t granularity,
-                 uint64_t capacity, bool *fits, uint64_t *peak, cm_replay_result_t *keep,
-                 cm_diag_t *diag) {
+/* What every probe shares. */
+typedef struct search {
+  const cm_trace_t *t;
+  const cm_manager_config_t *cfg;
+  const cm_fit_options_t *o;
+} search;
+
+/* One replay on a device of `capacity` bytes (0 = unlimited), with the
+ * configuration resolved for it when o->configure is set. *fits says
+ * whether every reservation succeeded (false, with no error, when the layout
+ * does not exist on that device); *peak gets the peak reserved; keep (may be
+ * NULL) gets the whole result, then the replay does not stop at a failure. */
+static int probe(const search *sr, uint64_t capacity, bool *fits, uint64_t *peak,
+                 cm_replay_result_t *keep, cm_diag_t *diag) {
+  cm_manager_config_t cfg = *sr->cfg;
+  *fits = false;
+  *peak = 0;
+  if (sr->o->configure) {
+    cm_diag_t cd;
+    cm_diag_clear(&cd);
+    if (sr->o->configure(sr->o->configure_arg, capacity, &cfg, &cd) != CM_OK) {
+      if (keep) { /* reported as one failed reservation with the reason */
+        memset(keep, 0, sizeof *keep);
+        keep->failed_allocs = 1;
+        keep->first_failure = cd.code ? cd.code : CM_EINVAL;
+        snprintf(keep->first_failure_message, sizeof keep->first_failure_message, "%.150s",
+                 cd.message);
+      }
+      return CM_OK;
+    }
+  }
   cm_storage_t *st = NULL;
-  int rc = cm_storage_sim_create(capacity, true, granularity, &st);
+  int rc = cm_storage_sim_create(capacity, true, sr->o->granularity, &st);
   if (rc != CM_OK) return cm__diag_set(diag, rc, "cannot create the simulated device: %s", cm_strerror(rc));
   cm_manager_t *m = NULL;
-  rc = cm_manager_create(st, cfg, &m, diag);
+  rc = cm_manager_create(st, &cfg, &m, diag);
   if (rc != CM_OK) {
     cm_storage_destroy(st);
     return rc;
@@ -47,7 +77,7 @@ static int probe(const cm_trace_t *t, const cm_manager_config_t *cfg, uint64_t g
   memset(&ro, 0, sizeof ro);
   ro.stop_on_failure = keep == NULL;
   cm_replay_result_t r;
-  rc = cm_replay_run(t, m, &ro, &r, diag);
+  rc = cm_replay_run(sr->t, m, &ro, &r, diag);
   cm_manager_destroy(m);
   if (rc != CM_OK) return rc;
   *fits = r.failed_allocs == 0 && r.storage.violations == 0;
@@ -59,6 +89,61 @@ static int probe(const cm_trace_t *t, const cm_manager_config_t *cfg, uint64_t g
 
 static uint64_t down(uint64_t x, uint64_t g) { return x / g * g; }
 static uint64_t up(uint64_t x, uint64_t g) { return (x / g + (x % g != 0)) * g; }
+
+/* The unconstrained run into out (unconstrained_*), and the smallest
+ * capacity known to fit into *top. */
+static int reference_run(const search *sr, cm_fit_result_t *out, uint64_t *top, cm_diag_t *diag) {
+  const cm_fit_options_t *o = sr->o;
+  uint64_t cap = o->unconstrained_capacity;
+  cm_replay_result_t free_run;
+  bool fits = false;
+  uint64_t peak = 0;
+  int rc = probe(sr, cap, &fits, &peak, &free_run, diag);
+  if (rc != CM_OK) return rc;
+  out->replays = 1;
+  out->unconstrained_capacity = cap;
+  out->unconstrained_failed = free_run.failed_allocs;
+  out->unconstrained_storage = free_run.storage;
+  out->unconstrained_peak = peak;
+  if (!fits && cap) { /* a bounded device that is too small: go above it */
+    for (unsigned k = 1; k <= 10 && !fits && cap <= UINT64_MAX / 4; k++) {
+      cap *= 2;
+      uint64_t p2 = 0;
+      rc = probe(sr, cap, &fits, &p2, NULL, diag);
+      if (rc != CM_OK) break;
+      out->replays++;
+    }
+    if (rc == CM_OK && fits) {
+      cm_replay_result_free(&free_run);
+      *top = cap;
+      return CM_OK;
+    }
+  }
+  if (!fits) {
+    if (rc == CM_OK)
+      rc = cm__diag_set(diag, free_run.first_failure ? free_run.first_failure : CM_EOOM,
+                        "the trace does not replay even on %s device: %" PRIu64
+                        " reservations failed, the first with %s (%s)",
+                        o->unconstrained_capacity ? "a 1024 times larger" : "an unlimited",
+                        free_run.failed_allocs, cm_err_name(free_run.first_failure),
+                        free_run.first_failure_message);
+    cm_replay_result_free(&free_run);
+    return rc;
+  }
+  cm_replay_result_free(&free_run);
+  *top = up(peak ? peak : o->grid, o->grid);
+  if (cap && *top > cap) *top = cap;
+  if (o->configure && *top != cap) {
+    /* with per-capacity layouts the peak's capacity must be replayed too */
+    rc = probe(sr, *top, &fits, &peak, NULL, diag);
+    if (rc != CM_OK) return rc;
+    out->replays++;
+    if (!fits) *top = cap ? cap : *top;
+    if (!fits && !cap)
+      return cm__diag_set(diag, CM_EOOM, "the trace does not fit the unconstrained peak's device");
+  }
+  return CM_OK;
+}
 
 int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
                   const cm_fit_options_t *opts, cm_fit_result_t *out, cm_diag_t *diag) {
@@ -72,34 +157,21 @@ int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
   }
   memset(out, 0, sizeof *out);
   out->peak_live_bytes = trace->peak_live_bytes;
+  search sr = {trace, cfg, &o};
 
-  /* the unconstrained run */
-  cm_replay_result_t free_run;
+  uint64_t top = 0;
+  int rc = reference_run(&sr, out, &top, diag);
+  if (rc != CM_OK) return rc;
   bool fits = false;
   uint64_t peak = 0;
-  int rc = probe(trace, cfg, o.granularity, 0, &fits, &peak, &free_run, diag);
-  if (rc != CM_OK) return rc;
-  out->replays = 1;
-  if (!fits) {
-    rc = cm__diag_set(diag, free_run.first_failure ? free_run.first_failure : CM_EOOM,
-                      "the trace does not replay even on an unlimited device: %" PRIu64
-                      " reservations failed, the first with %s (%s)",
-                      free_run.failed_allocs, cm_err_name(free_run.first_failure),
-                      free_run.first_failure_message);
-    cm_replay_result_free(&free_run);
-    return rc;
-  }
-  cm_replay_result_free(&free_run);
-  out->unconstrained_peak = peak;
-  uint64_t top = up(peak ? peak : o.grid, o.grid);
   uint64_t lo = down(trace->peak_live_bytes, o.grid); /* below the peak live: must fail */
   uint64_t hi = top;                                  /* fits */
-  if (lo >= hi) lo = hi > o.grid ? hi - o.grid : 0;
+  if (lo >= hi) lo = hi > o.grid ? down(hi - 1, o.grid) : 0;
   for (;;) {
     while (hi - lo > o.grid) { /* invariant: hi fits; lo fails (or is the floor) */
       uint64_t mid = down(lo + (hi - lo) / 2, o.grid);
       if (mid <= lo) mid = lo + o.grid;
-      rc = probe(trace, cfg, o.granularity, mid, &fits, &peak, NULL, diag);
+      rc = probe(&sr, mid, &fits, &peak, NULL, diag);
       if (rc != CM_OK) return rc;
       out->replays++;
       if (fits) hi = mid;
@@ -111,7 +183,7 @@ int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
     for (unsigned k = 1; k <= o.confirmations && hi < top; k++) {
       uint64_t c = down(hi + (top - hi) * k / (o.confirmations + 1), o.grid);
       if (c <= hi || c <= bad) continue;
-      rc = probe(trace, cfg, o.granularity, c, &fits, &peak, NULL, diag);
+      rc = probe(&sr, c, &fits, &peak, NULL, diag);
       if (rc != CM_OK) return rc;
       out->replays++;
       if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);

@@ -92,6 +92,15 @@
       } else {
         check(dc && dc.textContent === DASH, "trace " + ti + " layout " + li + ": no driver_calls field shows a dash");
       }
+      const dt = cell("driver_time_model");
+      if (r.driver_time_model) {
+        const m = r.driver_time_model;
+        check(dt && dt.textContent.indexOf("(" + m.costs + ")") > 0 &&
+              dt.getAttribute("data-value") === JSON.stringify(m),
+          "trace " + ti + " layout " + li + ": modelled driver time shown with its cost set", dt && dt.textContent);
+      } else {
+        check(dt && dt.textContent === DASH, "trace " + ti + " layout " + li + ": no driver_time_model shows a dash");
+      }
     });
   }
 

@@ -58,10 +58,17 @@ check "object=auto replays and is named in the report" test $rc -eq 0 -a -n "$(g
 "$CM" fit --frobnicate "$EX" >/dev/null 2>&1; check "unknown option exits 2" test $? -eq 2
 "$CM" fit "$TMP/none.csv" >/dev/null 2>&1; check "missing trace exits 1" test $? -eq 1
 "$CM" fit --help | grep -q "smallest device"; check "--help describes it" test $? -eq 0
+printf '[driver_costs]\ncreate_us = 1\ncreat_us = 2\n' >"$TMP/costs.toml"
+"$CM" fit --driver-costs "$TMP/costs.toml" "$EX" >/dev/null 2>"$TMP/costs.err"
+check "a cost file with an unknown key exits 2" test $? -eq 2
+check "and names the key and line" grep -q "line 3: unknown key 'creat_us'" "$TMP/costs.err"
+out=$("$CM" fit --json --no-progress --driver-costs fast "$EX")
+check "--json has the modelled driver time of the unconstrained replay" \
+  grep -q '"driver_time_model":{"costs":"fast","total_ns":[1-9]' <<<"$out"
 printf 'Action,Pointer,Size\nallocate,0x1,4096\n' >"$TMP/nopool.csv"
 "$CM" fit --pools 'exclusive:max=1KiB' "$TMP/nopool.csv" >/dev/null 2>"$TMP/np.err"
 check "a trace no layout can serve exits 1" test $? -eq 1
-check "and says why" grep -q "does not replay even on an unlimited device" "$TMP/np.err"
+check "and says why" grep -q "does not replay even on a 1024 times larger device" "$TMP/np.err"
 
 if [ -n "$SHARED" ] && [ -d "$SHARED/traces" ]; then
   check_fit "$SHARED/traces/cpu/torch-cpu-lstm-varlen-train.csv" default

@@ -98,6 +98,14 @@ case "$last" in
   *) echo "FAIL synthetic plan: unexpected layout '$last'"; fail=1 ;;
 esac
 grep -q "peak reserved" <<<"$out" || { echo "FAIL synthetic plan: no summary"; fail=1; }
+# the modelled driver time of the layout and of the plan (sliced pages: plain allocations)
+grep -Eq '^ +layout +[0-9.]+ m?s in [0-9,]+ driver calls: alloc ' <<<"$out" &&
+  grep -Eq '^ +plan +[0-9.]+ m?s in [0-9,]+ driver calls' <<<"$out" &&
+  grep -q '(a100 costs' <<<"$out" || { echo "FAIL synthetic plan: no modelled driver time"; fail=1; }
+out=$("$CM" plan --driver-costs fast --pools "$LAY" "$TMP/small.csv" 2>/dev/null)
+grep -q '(fast costs' <<<"$out" || { echo "FAIL: --driver-costs fast is not the model used"; fail=1; }
+"$CM" plan --driver-costs a10 "$TMP/small.csv" >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: an unknown --driver-costs should exit 2"; fail=1; }
 check_trace "$TMP/small.csv" --pools "$LAY" --device-memory 4GiB
 check_trace "$TMP/small.csv" --device-memory 4GiB
 

@@ -125,6 +125,9 @@ sys.exit(0 if ok else "FAIL: the time of the slow cuMemCreate calls is not where
 PY
 FAKECUDA_CREATE_DELAY_NS=200000 FAKECUDA_CAPACITY=$CAP CM_CUDA_LIBRARY="$FAKE" \
   "$CLI" replay --device cuda --no-progress "${TRACES[0]}" >"$WORK/slow.txt"
-grep -E '^ +create +[0-9]+\.[0-9]+ ms$' "$WORK/slow.txt" ||
+# the measured rows follow "time in driver calls" (the model's follow "model time")
+sed -n '/time in driver calls/,/model time/p' "$WORK/slow.txt" | grep -E '^ +create +[0-9]+\.[0-9]+ ms$' ||
   { echo "FAIL: the text report has no time row for cuMemCreate"; cat "$WORK/slow.txt"; exit 1; }
+grep -E '^ +model time \(a100\) +[0-9]+\.[0-9]+ m?s$' "$WORK/slow.txt" ||
+  { echo "FAIL: the text report has no modelled driver time"; cat "$WORK/slow.txt"; exit 1; }
 echo "replay on the strict driver: ok"

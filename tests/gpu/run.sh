@@ -27,6 +27,7 @@
 #      --device cuda:sync (50) and cuda:async (50), and through --device sim
 #      with the device's memory size (20): no failed reservation, peak
 #      reserved within 1% of sim, and the time spent in driver calls
+#      (measured beside the a100 model, and measured microseconds per call)
 #   4. GPT training (train_gpt.py): PyTorch's allocator, then cubemem with
 #      sync and with async driver calls (40 each); losses must agree within
 #      1e-5 relative; the sync run records CUBEMEM_LOG
@@ -184,9 +185,11 @@ def load(n):
     p = os.path.join(logs, n + ".json")
     return {(r["trace"], r["layout"]): r for r in map(json.loads, open(p))} if os.path.exists(p) else {}
 sim, bad = load("replay-sim"), 0
-print("| trace | layout | device | sim peak reserved | cuda peak reserved | diff | failed | driver time |")
-print("|---|---|---|---|---|---|---|---|")
-total, by_call = {}, {}
+print("| trace | layout | device | sim peak reserved | cuda peak reserved | diff | failed | driver time | measured in calls | model (a100) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+total, by_call, calls_n, model = {}, {}, {}, {}
+US = {"creates": 193.0, "maps": 1.45, "set_access": 36.0, "unmaps": 25.6, "releases": 25.6,
+      "allocs": 230.45, "frees": 51.2, "reserves": 19.0, "address_frees": 19.0, "mem_queries": 1.0}
 for kind in ("sync", "async"):
     runs = load("replay-cuda-" + kind)
     if not runs:
@@ -199,15 +202,27 @@ for kind in ("sync", "async"):
         total[kind] = total.get(kind, 0) + r["device_time_ns"]
         for k, ns in r.get("driver_call_time_ns", {}).items():
             by_call.setdefault(kind, {})[k] = by_call.setdefault(kind, {}).get(k, 0) + ns
+        for k, n in r.get("driver_calls", {}).items():
+            calls_n.setdefault(kind, {})[k] = calls_n.setdefault(kind, {}).get(k, 0) + n
+        m = r.get("driver_time_model", {})
+        model[kind] = model.get(kind, 0) + m.get("total_ns", 0)
         print(f"| {os.path.basename(key[0])} | {key[1]} | cuda:{kind} | "
               f"{s['peak_reserved_bytes'] if s else 'n/a':,} | {r['peak_reserved_bytes']:,} | {diff:+.3%} | "
-              f"{r['failed_allocs']} | {r['device_time_ns'] / 1e6:.1f} ms |" + ("" if ok else " **FAIL**"))
+              f"{r['failed_allocs']} | {r['device_time_ns'] / 1e6:.1f} ms | "
+              f"{m.get('measured_ns', 0) / 1e6:.1f} ms | {m.get('total_ns', 0) / 1e6:.1f} ms |"
+              + ("" if ok else " **FAIL**"))
 print()
 for kind, ns in total.items():
     print(f"- time in driver calls, all replays, cuda:{kind}: {ns / 1e9:.3f} s")
     calls = by_call.get(kind, {})
     if calls:
         print(f"  - by kind of call: " + ", ".join(f"{k} {v / 1e6:.1f} ms" for k, v in calls.items() if v))
+    print(f"  - modelled (a100 costs), all replays: {model.get(kind, 0) / 1e9:.3f} s")
+    n = calls_n.get(kind, {})
+    per = [f"{k} {calls[k] / n[k] / 1e3:.2f} us (model {US[k]})" for k in US
+           if n.get(k) and calls.get(k) is not None]
+    if per: # what a [driver_costs] file for this GPU would hold (docs/replay.md)
+        print(f"  - measured per call (calibration): " + ", ".join(per))
 print(f"- pairs outside 1% of sim or with failed reservations: {bad}")
 sys.exit(1 if bad else 0)
 PY

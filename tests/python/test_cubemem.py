@@ -35,6 +35,18 @@ check(runs[0]["failed_allocs"] == 0 and isinstance(runs[0]["pools"], list), "rep
 print(f"replay: default peak reserved {runs[0]['peak_reserved_bytes']:,}, "
       f"subslices {runs[1]['peak_reserved_bytes']:,}")
 
+# the modelled driver time, the cost sets and --runs
+m = runs[0]["driver_time_model"]
+check(m["costs"] == "a100" and m["total_ns"] == sum(m["by_kind"].values()) and m["total_ns"] > 0,
+      f"driver_time_model: {m}")
+fast = cubemem.replay(TRACE, driver_costs="fast", runs=2)[0]
+check(fast["driver_time_model"]["costs"] == "fast" and
+      0 < fast["driver_time_model"]["total_ns"] < m["total_ns"], "the fast set costs less")
+check([r["run"] for r in fast["runs"]] == [1, 2], f"runs: {fast.get('runs')}")
+print(f"driver time: a100 {m['total_ns'] / 1e6:.3f} ms, fast "
+      f"{fast['driver_time_model']['total_ns'] / 1e6:.3f} ms; second run "
+      f"{fast['runs'][1]['driver_calls']['total']} driver calls")
+
 # errors carry the tool's message
 try:
     cubemem.replay(TRACE, pools=["no-such-layout"])
@@ -45,6 +57,8 @@ except cubemem.CubememError as e:
 # plan, and replay with the plan
 p = cubemem.plan(TRACE)
 check(p["layout"] and "planned layout" in p["report"], "plan output")
+check(set(p["driver_time_ms"]) == {"layout", "plan"} and p["driver_time_ms"]["layout"] > 0,
+      f"plan's driver time: {p['driver_time_ms']}")
 again = cubemem.replay(TRACE, pools=[p["layout"]])[0]
 check(again["failed_allocs"] == 0, "the plan replays without failures")
 print(f"plan: {p['layout']} -> peak reserved {again['peak_reserved_bytes']:,}")
@@ -54,6 +68,9 @@ has_fit = subprocess.run([CLI, "fit", "--help"], capture_output=True).returncode
 if has_fit:
     f = cubemem.fit(TRACE, pools=["default"])
     check(f and "fit_bytes" in f[0], f"fit returns fit_bytes: {f[:1]}")
+    check(f[0]["unconstrained_peak_reserved"] == runs[0]["peak_reserved_bytes"] and
+          f[0]["driver_time_model"] == runs[0]["driver_time_model"],
+          "fit's unconstrained replay is replay()'s")
     print(f"fit: fit_bytes {f[0]['fit_bytes']}")
 else:
     try:
