@@ -137,6 +137,16 @@ typedef struct cm_pool_options {
    * one object and other runs in objects of up to 1/16384 of the device's
    * memory), or CM_OBJECT_AUTO */
   uint64_t max_object_size;
+  /* arena with the default objects (max_object_size 0) on a virtual-memory
+   * storage: while the device stays more than half free the arena holds what
+   * it maps (a second run of a job makes no driver call) and gives memory
+   * back only under pressure or on an explicit cleanup. A GPU shared with
+   * other processes may want it back earlier: with has_release_threshold,
+   * free mapped memory beyond release_threshold bytes is given back before
+   * each map and at each periodic cleanup (layout key `keep`; 0 gives back
+   * everything free), as the CUDA memory pool's release threshold does. */
+  uint64_t release_threshold;
+  bool has_release_threshold;
 } cm_pool_options_t;
 
 /* max_object_size = CM_OBJECT_AUTO (layout key `object=auto`), the fewest

@@ -117,6 +117,7 @@ typedef struct arena {
   bool owned;     /* default object size: a block's whole granules are one object
                      while the device has room */
   uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
+  uint64_t keep;      /* holding: free mapped granules kept (the release threshold), UINT64_MAX: all */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
   /* has_room's view of the device: its free and total memory at the last

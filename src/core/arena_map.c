@@ -394,10 +394,10 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
   }
   /* free mapped granules that stay free after the placement, beyond the budget,
-   * go first (not while holding) */
-  if (!hold) {
+   * go first (while holding: beyond the release threshold, when one is set) */
+  uint64_t budget = hold ? a->keep : keep_budget(a); /* holding: the release threshold, if set */
+  if (budget != UINT64_MAX) {
     uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
-    uint64_t budget = keep_budget(a);
     if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
   }
   if (over_cap(a, (need + hi - g1) << a->gshift)) {

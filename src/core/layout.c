@@ -208,12 +208,12 @@ static bool key_is(const char *k, size_t kl, const char *name) {
 /* The option keys of the syntax and, at the same index, the cm_pool_options_t
  * field each sets (accepted as a synonym). The one list: cm_pools_parse,
  * cm_pools_format and its messages use it, and cm_pools_keys hands it out. */
-enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_OBJECT, K_COUNT };
-static const char *const k_keys[K_COUNT] = {"page",   "max-slice", "cap",   "max",
-                                            "period", "reclaim",   "object"};
+enum { K_PAGE, K_SLICE, K_CAP, K_MAX, K_PERIOD, K_RECLAIM, K_OBJECT, K_KEEP, K_COUNT };
+static const char *const k_keys[K_COUNT] = {"page",   "max-slice", "cap",    "max",
+                                            "period", "reclaim",   "object", "keep"};
 static const char *const k_fields[K_COUNT] = {"page_size",      "max_slice_size", "max_pool_size",
                                               "max_alloc_size", "dealloc_period", "reclaim_at",
-                                              "max_object_size"};
+                                              "max_object_size", "release_threshold"};
 
 const char *const *cm_pools_keys(size_t *count, const char *const **fields) {
   if (count) *count = K_COUNT;
@@ -259,6 +259,10 @@ static void key_set(cm_pool_options_t *o, int key, uint64_t v) {
       o->has_reclaim_at = true;
       break;
     case K_OBJECT: o->max_object_size = v; break;
+    case K_KEEP:
+      o->release_threshold = v;
+      o->has_release_threshold = true;
+      break;
     default: break;
   }
 }
@@ -408,6 +412,10 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
         } else if (o->max_object_size) {
           fmt_size(v, sizeof v, o->max_object_size);
           w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], v);
+        }
+        if (o->has_release_threshold) {
+          fmt_size(v, sizeof v, o->release_threshold);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_KEEP], v);
         }
         break;
       case CM_POOL_PERSISTENT: w = snprintf(tmp, sizeof tmp, "persistent"); break;

@@ -664,7 +664,11 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
   if (a->vm) {
     if (explicit_cleanup) {
       cm__arena_trim(a, UINT64_MAX, NULL, 1, 0);
-    } else if (!(a->owned && cm__arena_has_room(a, 0))) { /* the default holds while it can */
+    } else if (a->owned && cm__arena_has_room(a, 0)) {
+      /* the default holds while it can: down to its release threshold, if set */
+      if (a->keep != UINT64_MAX && a->free_mapped > a->keep)
+        cm__arena_trim(a, a->free_mapped - a->keep, NULL, 1, 0);
+    } else { /* what stayed free a whole period, beyond the hysteresis budget */
       uint64_t budget = keep_budget(a);
       if (a->low_free > budget) cm__arena_trim(a, a->low_free - budget, NULL, 1, 0);
     }
@@ -825,6 +829,7 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     om = (om + g - 1) >> a->gshift;
     a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
     a->owned = o->max_object_size == 0;
+    a->keep = o->has_release_threshold ? o->release_threshold >> a->gshift : UINT64_MAX;
     uint64_t free_b = 0, total = 0;
     if (a->owned && cm_storage_mem_info(a->st, &free_b, &total) == CM_OK) {
       uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;

@@ -99,9 +99,9 @@ has "an unknown kind lists the presets" "$TMP/err" "exclusive-pages"
 has "an unknown key suggests page=" "$TMP/err" "did you mean 'page='?"
 "$CM" replay --pools 'arena:objct=8MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
 has "an unknown key suggests the arena's object=" "$TMP/err" "did you mean 'object='?"
-has "an unknown key lists every key of the library" "$TMP/err" "period=, reclaim= or object="
+has "an unknown key lists every key of the library" "$TMP/err" "period=, reclaim=, object= or keep="
 "$CM" replay --pools 'arena:page' "$TMP/t.csv" >/dev/null 2>"$TMP/err"
-has "a key without a value lists every key" "$TMP/err" "(keys: page, max-slice, cap, max, period, reclaim or object)"
+has "a key without a value lists every key" "$TMP/err" "(keys: page, max-slice, cap, max, period, reclaim, object or keep)"
 "$CM" replay --json --no-config --pools 'arena:max_object_size=8MiB' "$TMP/t.csv" >"$TMP/out" 2>&1
 has "field names are accepted as keys" "$TMP/out" '"pool":"arena:object=8MiB"'
 "$CM" replay --pools 'sliced:page=8MiB,cap=1MiB' "$TMP/t.csv" >/dev/null 2>"$TMP/err"

@@ -401,7 +401,10 @@ static void vm_default_objects(void) {
  * makes no driver call. The explicit cleanup still gives everything free
  * back. */
 static void vm_default_holds_while_room(void) {
-  cm_manager_t *m = mk_arena(sim(80 * GiB, true, 0));
+  cm_pool_options_t o = arena();
+  o.dealloc_period = 1; /* a periodic cleanup at every call */
+  o.has_dealloc_period = true;
+  cm_manager_t *m = mk(sim(80 * GiB, true, 0), &o, 1);
   ASSERT(m != NULL);
   cm_handle_t h[32];
   for (int run = 0; run < 2; run++) { /* the second run maps nothing */
@@ -426,6 +429,41 @@ static void vm_default_holds_while_room(void) {
   EXPECT_EQ(stats(m).violations, 0);
   CHECK_CLEAN(m);
   cm_manager_destroy(m);
+}
+
+/* A release threshold (layout key keep=, release_threshold) gives free memory
+ * back beyond it while the device has room: before a map and at the
+ * periodic cleanup. keep=0 keeps nothing free mapped. */
+static void vm_release_threshold(void) {
+  for (int keep = 0; keep < 3; keep++) { /* 64 MiB, 0, none */
+    cm_pool_options_t o = arena();
+    o.release_threshold = keep == 0 ? 64 * MiB : 0;
+    o.has_release_threshold = keep < 2;
+    cm_manager_t *m = mk(sim(80 * GiB, true, 0), &o, 1);
+    ASSERT(m != NULL);
+    cm_handle_t a = res(m, 128 * MiB), c = res(m, 64 * MiB); /* objects of their own */
+    cm_handle_release(a);
+    cm_handle_t b = res(m, 256 * MiB); /* does not fit a's hole */
+    if (keep < 2) { /* 128 MiB free > the threshold: a's object goes before the map */
+      EXPECT_EQ(held(m), 64 * MiB + 256 * MiB);
+      EXPECT_EQ(stats(m).releases, 1);
+    } else { /* held */
+      EXPECT_EQ(held(m), 128 * MiB + 64 * MiB + 256 * MiB);
+      EXPECT_EQ(stats(m).releases, 0);
+    }
+    EXPECT_EQ(stats(m).violations, 0);
+    CHECK_CLEAN(m);
+    cm_handle_release(b);
+    cm_handle_release(c);
+    cm_manager_destroy(m);
+  }
+  /* the layout key */
+  cm_pool_options_t p[2];
+  size_t n = 0;
+  cm_device_props_t props = {.max_page_size = 1 * GiB, .alignment = 512};
+  ASSERT_OK(cm_pools_parse("arena:keep=64MiB", props, p, 2, &n, NULL));
+  EXPECT(p[0].has_release_threshold);
+  EXPECT_EQ(p[0].release_threshold, 64 * MiB);
 }
 
 /* A block of whole granules of at least a quarter step is its own object
@@ -688,6 +726,7 @@ int main(void) {
   CM_RUN(vm_auto_objects);
   CM_RUN(vm_default_objects);
   CM_RUN(vm_default_holds_while_room);
+  CM_RUN(vm_release_threshold);
   CM_RUN(vm_default_objects_large_device);
   CM_RUN(vm_default_gives_back_under_pressure);
   CM_RUN(vm_periodic_trim);

@@ -374,7 +374,9 @@ static bool same_fields(const cm_pool_options_t *a, const cm_pool_options_t *b) 
          a->max_pool_size == b->max_pool_size && a->has_max_pool_size == b->has_max_pool_size &&
          a->max_alloc_size == b->max_alloc_size && a->dealloc_period == b->dealloc_period &&
          a->has_dealloc_period == b->has_dealloc_period && a->reclaim_at == b->reclaim_at &&
-         a->has_reclaim_at == b->has_reclaim_at && a->max_object_size == b->max_object_size;
+         a->has_reclaim_at == b->has_reclaim_at && a->max_object_size == b->max_object_size &&
+         a->release_threshold == b->release_threshold &&
+         a->has_release_threshold == b->has_release_threshold;
 }
 
 /* cm_pools_keys lists exactly what cm_pools_parse accepts: every key sets an
@@ -385,7 +387,7 @@ static void keys_list(void) {
   const char *const *fields = NULL;
   const char *const *keys = cm_pools_keys(&nk, &fields);
   ASSERT(keys != NULL && fields != NULL);
-  EXPECT_EQ(nk, 7);
+  EXPECT_EQ(nk, 8);
   EXPECT(cm_pools_keys(NULL, NULL) == keys);
   cm_pool_options_t plain[1], by_key[1], by_field[1];
   size_t n = 0;
