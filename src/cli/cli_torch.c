@@ -1,0 +1,49 @@
+/*
+ * cli_torch.c - the PyTorch layouts of `replay` and `fit`: the layout names,
+ * their options (--torch-conf and the layout's own ":CONF"), and the words
+ * the reports use for them.
+ * Exports the functions of cli_torch.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_torch.h"
+
+#define PLAIN "pytorch"
+#define EXPANDABLE "pytorch-expandable"
+
+/* Length of the layout's name (before ':'), 0 when it is not a PyTorch one. */
+static size_t name_len(const char *text) {
+  size_t n = strcspn(text, ":");
+  if (n == strlen(PLAIN) && !strncmp(text, PLAIN, n)) return n;
+  if (n == strlen(EXPANDABLE) && !strncmp(text, EXPANDABLE, n)) return n;
+  return 0;
+}
+
+bool cli_torch_is_layout(const char *text) { return text && name_len(text) != 0; }
+
+int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
+                      cm_torch_options_t *out) {
+  cm_torch_options_init(out);
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (conf && cm_torch_options_parse(conf, out, &d) != CM_OK) {
+    fprintf(stderr, "cubemem %s: --torch-conf '%s': %s\n", cmd, conf, d.message);
+    return 2;
+  }
+  size_t n = name_len(text);
+  if (text[n] == ':' && cm_torch_options_parse(text + n + 1, out, &d) != CM_OK) {
+    fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text, d.message);
+    return 2;
+  }
+  if (n == strlen(EXPANDABLE)) out->expandable_segments = true;
+  out->device_memory = device_memory;
+  return 0;
+}
+
+void cli_torch_describe(const cm_torch_options_t *o, char *buf, size_t cap) {
+  char conf[256];
+  cm_torch_options_format(o, conf, sizeof conf);
+  snprintf(buf, cap, "PyTorch's CUDA caching allocator (model), PYTORCH_CUDA_ALLOC_CONF=%s",
+           conf[0] ? conf : "(defaults)");
+}

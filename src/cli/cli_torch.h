@@ -1,0 +1,31 @@
+/* cli_torch.h - the PyTorch layouts of `replay` and `fit` (`--pools pytorch`,
+ * `--pools pytorch-expandable`, `--torch-conf`), kept apart from the
+ * commands so that they hook in with a few lines. Internal to the tool; the
+ * functions print their messages on stderr prefixed with "cubemem CMD:",
+ * return an exit code (0 or 2) unless said otherwise, and are not
+ * thread-safe (they print). */
+#ifndef CM_CLI_TORCH_H
+#define CM_CLI_TORCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cubemem/torchalloc.h"
+
+/* The names a --pools value may start with to mean PyTorch's allocator. */
+#define CLI_TORCH_LAYOUTS "pytorch | pytorch-expandable[:CONF]"
+
+/* Whether `text` names a PyTorch layout: `pytorch` or `pytorch-expandable`,
+ * optionally followed by ':' and a PYTORCH_CUDA_ALLOC_CONF string. */
+bool cli_torch_is_layout(const char *text);
+/* The options of PyTorch layout `text`: PyTorch's defaults, then `conf`
+ * (--torch-conf, may be NULL), then the layout's own ":CONF", then
+ * expandable_segments:True for pytorch-expandable; device_memory as given
+ * (it sizes expandable ranges). Returns 0, or 2 with the reason on stderr. */
+int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
+                      cm_torch_options_t *out);
+/* "PyTorch caching allocator (model), expandable_segments:True" into buf:
+ * which allocator a figure assumes and its options. */
+void cli_torch_describe(const cm_torch_options_t *o, char *buf, size_t cap);
+
+#endif
