@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_torch.h"
 #include "cubemem/config.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
@@ -34,6 +35,7 @@ typedef struct fit_opts {
   const char *layouts[FIT_MAX_LAYOUTS];
   size_t layout_count;
   const char *persistent_memory;
+  const char *torch_conf;   /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   const char *config_path;  /* --config */
   bool no_config;           /* --no-config */
   int snapshot_device;      /* --snapshot-device, -1 = first with history */
@@ -55,7 +57,9 @@ static void fit_usage(FILE *out) {
           "\n"
           "options:\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list\n"
-          "                         (as for replay). Repeat to compare layouts.\n"
+          "                         (as for replay), or PyTorch's caching allocator: pytorch |\n"
+          "                         pytorch-expandable[:CONF]. Repeat to compare layouts.\n"
+          "  --torch-conf CONF      PYTORCH_CUDA_ALLOC_CONF for the PyTorch layouts\n"
           "  --device-memory SIZE   the device the layouts are resolved for (default 80GiB;\n"
           "                         presets use max page = SIZE / 4)\n"
           "  --alignment N          pool alignment in bytes, a power of two (default 512)\n"
@@ -97,6 +101,12 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->progress = false;
     } else if (!strcmp(a, "--no-config")) {
       o->no_config = true;
+    } else if (!strcmp(a, "--torch-conf")) {
+      if (!v) {
+        fprintf(stderr, "cubemem fit: %s needs a value\n", a);
+        return 2;
+      }
+      o->torch_conf = argv[++i];
     } else if (!strcmp(a, "--config") || !strcmp(a, "--snapshot-device") ||
                !strcmp(a, "--snapshot-free-on")) {
       if (!v) {
@@ -156,7 +166,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       static const char *const all[] = {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
           "--confirm", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
-          "--json", "--skip-bad-lines", "--no-progress", "--help"};
+          "--torch-conf", "--json", "--skip-bad-lines", "--no-progress", "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
       o->traces[o->trace_count++] = a;
@@ -215,8 +225,12 @@ int cm_cli_fit(int argc, char **argv) {
                              .alignment = o.alignment ? o.alignment : 512};
   static cm_pool_options_t pools[FIT_MAX_LAYOUTS][CM_MAX_DYNAMIC_POOLS];
   size_t counts[FIT_MAX_LAYOUTS];
+  cm_torch_options_t torch[FIT_MAX_LAYOUTS]; /* PyTorch layouts (counts[l] == 0) */
   for (size_t l = 0; l < o.layout_count; l++) {
-    int lrc = cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
+    counts[l] = 0;
+    int lrc = cli_torch_is_layout(o.layouts[l])
+                  ? cli_torch_options("fit", o.layouts[l], o.torch_conf, o.capacity, &torch[l])
+                  : cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
                                &counts[l]);
     if (lrc) {
       cm_config_free(&cfg);
@@ -231,7 +245,15 @@ int cm_cli_fit(int argc, char **argv) {
            "(simulated device, layouts resolved for %s, grid ", cap);
     cli_fmt_iec(o.grid, cap, sizeof cap);
     printf("%s, config %s)\n\n", cap, config_used);
-    printf("  %-40s %-16s %12s %12s %8s %12s %8s %7s\n", "trace", "layout",
+    printf("  the allocator each layout assumes:\n");
+    for (size_t l = 0; l < o.layout_count; l++) {
+      char what[320];
+      if (cli_torch_is_layout(o.layouts[l])) cli_torch_describe(&torch[l], what, sizeof what);
+      else snprintf(what, sizeof what, "cubemem, --pools %s", o.layouts[l]);
+      printf("  %-24.24s %s\n", o.layouts[l], what);
+    }
+    printf("\n");
+    printf("  %-40s %-18s %12s %12s %8s %12s %8s %7s\n", "trace", "layout",
            "peak live", "unlimited", "ratio", "fits in", "ratio", "replays");
   }
   cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
@@ -262,7 +284,9 @@ int cm_cli_fit(int argc, char **argv) {
       }
       cm_fit_result_t fr;
       cm_diag_clear(&d);
-      int rc = cm_replay_fit(t, &mc, &fo, &fr, &d);
+      bool is_torch = cli_torch_is_layout(o.layouts[l]);
+      int rc = is_torch ? cm_torch_fit(t, &torch[l], &fo, &fr, &d)
+                        : cm_replay_fit(t, &mc, &fo, &fr, &d);
       if (o.progress) fprintf(stderr, "\r\033[K");
       if (rc != CM_OK) {
         fprintf(stderr, "cubemem fit: %s [%s]: %s\n", tname, o.layouts[l],
@@ -276,6 +300,13 @@ int cm_cli_fit(int argc, char **argv) {
         cli_json_string(stdout, tname);
         fputs(",\"layout\":", stdout);
         cli_json_string(stdout, o.layouts[l]);
+        printf(",\"allocator\":\"%s\"", is_torch ? "pytorch" : "cubemem");
+        if (is_torch) {
+          char conf[256];
+          cm_torch_options_format(&torch[l], conf, sizeof conf);
+          fputs(",\"torch_conf\":", stdout);
+          cli_json_string(stdout, conf);
+        }
         printf(",\"device_memory\":%" PRIu64 ",\"grid\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
                ",\"unconstrained_peak_reserved\":%" PRIu64 ",\"unconstrained_over_live\":%.6f"
                ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f,\"replays\":%u"
@@ -290,9 +321,9 @@ int cm_cli_fit(int argc, char **argv) {
         cm_format_bytes(fr.unconstrained_peak, b, sizeof b);
         cm_format_bytes(fr.fit_bytes, c, sizeof c);
         const char *base = strrchr(tname, '/');
-        printf("  %-40.40s %-16.16s %12s %12s %8.4f %12s %8.4f %7u\n", base ? base + 1 : tname,
+        printf("  %-40.40s %-18.18s %12s %12s %8.4f %12s %8.4f %7u\n", base ? base + 1 : tname,
                o.layouts[l], a, b, unl, c, fr.ratio, fr.replays);
-        printf("  %-40s %-16s %12" PRIu64 " %12" PRIu64 " %8s %12" PRIu64 "\n", "", "  (bytes)",
+        printf("  %-40s %-18s %12" PRIu64 " %12" PRIu64 " %8s %12" PRIu64 "\n", "", "  (bytes)",
                fr.peak_live_bytes, fr.unconstrained_peak, "", fr.fit_bytes);
         if (fr.nonmonotone) {
           cm_format_bytes(fr.first_nonmonotone, a, sizeof a);

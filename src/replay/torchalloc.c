@@ -703,11 +703,11 @@ static int release_pool(cm_torch_t *m, int pool) {
   if (!v) return CM_ENOMEM;
   for (cm__tnode *x = cm__tree_first(t); x; x = cm__tree_next(x)) v[k++] = of_node(x);
   int first_rc = CM_OK;
-  for (size_t i = 0; i < k; i++)
-    if (!v[i]->seg->page && !v[i]->prev && !v[i]->next) {
-      release_segment_block(m, v[i]);
-      v[i] = NULL;
-    }
+  for (size_t i = 0; i < k; i++) { /* plain segments: only whole free ones go */
+    if (v[i]->seg->page) continue;
+    if (!v[i]->prev && !v[i]->next) release_segment_block(m, v[i]);
+    v[i] = NULL;
+  }
   for (size_t i = 0; i < k; i++) {
     if (!v[i]) continue;
     int rc;
