@@ -179,8 +179,9 @@ CM_API CM_NODISCARD int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *s
  * cm_replay_fit (bisection on the grid between the peak live bytes and the
  * unconstrained peak, then confirmations above) over simulated devices
  * (cm_storage_sim_create, granularity opts->granularity) of each probed
- * capacity. topts->device_memory stays fixed (the device the job is planned
- * for; 0 = 80 GiB). opts may be NULL (defaults).
+ * capacity; each probe's device is what PyTorch sees (topts->device_memory
+ * is the probed capacity; the unlimited probe keeps topts->device_memory,
+ * 0 = 80 GiB). opts may be NULL (defaults).
  * Errors: CM_EINVAL, CM_EOOM when the trace does not replay even on an
  * unlimited device, CM_ENOMEM. */
 CM_API CM_NODISCARD int cm_torch_fit(const cm_trace_t *trace, const cm_torch_options_t *topts,

@@ -65,8 +65,22 @@ typedef struct tpool {
   uint64_t reserved, reserved_peak;
 } tpool;
 
+/* Where cudaMalloc puts segments: the lowest-addressed hole left by cudaFree
+ * that is large enough, else above everything (2 MiB aligned). Real drivers
+ * reuse freed ranges like this, and the address decides best-fit ties. */
+typedef struct hole {
+  uint64_t addr, size;
+} hole;
+
+typedef struct vaspace {
+  uint64_t top;  /* everything from here up is unused */
+  hole *h;       /* unused ranges below top, by address, not adjacent */
+  size_t n, cap;
+} vaspace;
+
 struct cm_torch {
   cm_storage_t *st;
+  vaspace va;
   cm_torch_options_t o;
   tpool pools[2];
   tseg *segs; /* list of every segment */
@@ -389,6 +403,65 @@ static uint64_t try_merge(cm_torch_t *m, cm_torch_block_t *dst, cm_torch_block_t
 
 /* ---- plain segments (cudaMalloc) ------------------------------------------------------- */
 
+#define VA_BASE 0x7f0000000000ull /* where the modelled cudaMalloc ranges start */
+
+static uint64_t va_alloc(vaspace *v, uint64_t size) {
+  size = (size + K_SMALL_BUFFER - 1) / K_SMALL_BUFFER * K_SMALL_BUFFER;
+  for (size_t i = 0; i < v->n; i++)
+    if (v->h[i].size >= size) {
+      uint64_t a = v->h[i].addr;
+      v->h[i].addr += size;
+      v->h[i].size -= size;
+      if (!v->h[i].size) {
+        memmove(&v->h[i], &v->h[i + 1], (v->n - i - 1) * sizeof *v->h);
+        v->n--;
+      }
+      return a;
+    }
+  uint64_t a = v->top;
+  v->top += size;
+  return a;
+}
+
+/* Give [addr, addr+size) back, merging with the holes around it and with
+ * the unused top. False when out of host memory (the range is then lost,
+ * which only moves later addresses up). */
+static bool va_free(vaspace *v, uint64_t addr, uint64_t size) {
+  size = (size + K_SMALL_BUFFER - 1) / K_SMALL_BUFFER * K_SMALL_BUFFER;
+  size_t i = 0;
+  while (i < v->n && v->h[i].addr < addr) i++;
+  bool left = i > 0 && v->h[i - 1].addr + v->h[i - 1].size == addr;
+  bool right = i < v->n && addr + size == v->h[i].addr;
+  if (left && right) {
+    v->h[i - 1].size += size + v->h[i].size;
+    memmove(&v->h[i], &v->h[i + 1], (v->n - i - 1) * sizeof *v->h);
+    v->n--;
+    i--;
+  } else if (left) {
+    v->h[i - 1].size += size;
+    i--;
+  } else if (right) {
+    v->h[i].addr = addr;
+    v->h[i].size += size;
+  } else {
+    if (v->n == v->cap) {
+      size_t nc = v->cap ? v->cap * 2 : 16;
+      hole *nh = realloc(v->h, nc * sizeof *nh);
+      if (!nh) return false;
+      v->h = nh;
+      v->cap = nc;
+    }
+    memmove(&v->h[i + 1], &v->h[i], (v->n - i) * sizeof *v->h);
+    v->h[i] = (hole){addr, size};
+    v->n++;
+  }
+  if (v->h[i].addr + v->h[i].size == v->top && i == v->n - 1) { /* the top hole */
+    v->top = v->h[i].addr;
+    v->n--;
+  }
+  return true;
+}
+
 /* alloc_block without expandable segments: a new segment of alloc_size bytes
  * as one free block (in no set). NULL when the device refused (m->last_rc). */
 static cm_torch_block_t *alloc_segment(cm_torch_t *m, int pool, uint64_t stream,
@@ -399,26 +472,19 @@ static cm_torch_block_t *alloc_segment(cm_torch_t *m, int pool, uint64_t stream,
     return NULL;
   }
   int rc = cm_storage_alloc(m->st, alloc_size, &g->id, NULL);
-  cm_resource_t r = {0};
-  if (rc == CM_OK) {
-    rc = cm_storage_get(m->st, g->id, 0, alloc_size, &r, NULL);
-    if (rc != CM_OK) {
-      cm_storage_dealloc(m->st, g->id, alloc_size);
-      (void)cm_storage_flush(m->st);
-    }
-  }
   if (rc != CM_OK) {
     m->last_rc = rc;
     free(g);
     return NULL;
   }
-  g->addr = r.addr;
+  g->addr = va_alloc(&m->va, alloc_size);
   g->size = alloc_size;
   g->pool = pool;
   cm_torch_block_t *b = new_block(m, g, stream, g->addr, alloc_size, true);
   if (!b) {
     cm_storage_dealloc(m->st, g->id, alloc_size);
     (void)cm_storage_flush(m->st);
+    (void)va_free(&m->va, g->addr, alloc_size);
     free(g);
     m->last_rc = CM_ENOMEM;
     return NULL;
@@ -437,6 +503,7 @@ static void release_segment_block(cm_torch_t *m, cm_torch_block_t *b) {
   set_remove(m, b);
   cm_storage_dealloc(m->st, g->id, g->size);
   (void)cm_storage_flush(m->st);
+  (void)va_free(&m->va, g->addr, g->size);
   reserve_sub(m, g->pool, g->size);
   m->s.cuda_frees++;
   m->s.segments--;
@@ -839,6 +906,7 @@ int cm_torch_create(cm_storage_t *storage, const cm_torch_options_t *opts, cm_to
   }
   m->st = storage;
   m->o = o;
+  m->va.top = VA_BASE;
   for (int p = 0; p < 2; p++) {
     cm__tree_init(&m->pools[p].free);
     cm__tree_init(&m->pools[p].unmapped);
@@ -860,6 +928,7 @@ void cm_torch_destroy(cm_torch_t *m) {
     g = nx;
   }
   cm_storage_destroy(m->st); /* gives back what the segments still hold */
+  free(m->va.h);
   free(m);
 }
 

@@ -167,8 +167,10 @@ static int probe(const cm_trace_t *t, const cm_torch_options_t *to, uint64_t gra
   cm_replay_options_t ro;
   memset(&ro, 0, sizeof ro);
   ro.stop_on_failure = stop;
+  cm_torch_options_t po = *to;
+  if (capacity) po.device_memory = capacity; /* the device PyTorch sees is the probed one */
   cm_replay_result_t r;
-  rc = cm_torch_replay(t, st, to, &ro, &r, NULL, diag);
+  rc = cm_torch_replay(t, st, &po, &ro, &r, NULL, diag);
   if (rc != CM_OK) return rc;
   *fits = r.failed_allocs == 0 && r.storage.violations == 0;
   *peak = r.peak_reserved_bytes;
