@@ -134,8 +134,9 @@ static int parse_divisions_list(const char *s, size_t n, uint32_t *div, cm_diag_
       return cm__diag_set(diag, CM_EINVAL,
                           "roundup_power2_divisions: divisions '%.*s' must be 0 or a power of "
                           "two", (int)vlen, colon + 1);
-    if (klen == 1 && s[i] == '>') {
-      for (size_t k = last; k < CM_TORCH_ROUNDUP_INTERVALS; k++) div[k] = (uint32_t)val;
+    if (klen == 1 && s[i] == '>') { /* every interval above the last one named */
+      for (size_t k = any ? last + 1 : 0; k < CM_TORCH_ROUNDUP_INTERVALS; k++)
+        div[k] = (uint32_t)val;
     } else {
       if (!parse_uint(s + i, klen, 1, 1ull << 40, &start) || !is_pow2(start))
         return cm__diag_set(diag, CM_EINVAL,
@@ -891,11 +892,12 @@ int cm_torch_create(cm_storage_t *storage, const cm_torch_options_t *opts, cm_to
   if (o.expandable_segments) {
     uint64_t g = cm__storage_vm_granularity(storage);
     if (!g || K_SMALL_BUFFER % g) {
+      int rc = cm__diag_set(diag, CM_EINVAL,
+                            "expandable segments need a device with virtual memory whose "
+                            "granularity divides 2 MiB (the '%s' storage has %s)",
+                            cm_storage_name(storage), g ? "another granularity" : "none");
       cm_storage_destroy(storage);
-      return cm__diag_set(diag, CM_EINVAL,
-                          "expandable segments need a device with virtual memory whose "
-                          "granularity divides 2 MiB (the '%s' storage has %s)",
-                          cm_storage_name(storage), g ? "another granularity" : "none");
+      return rc;
     }
   }
   if (!o.max_split_size) o.max_split_size = UINT64_MAX;
