@@ -24,9 +24,20 @@ bool cli_torch_is_layout(const char *text) { return text && name_len(text) != 0;
 
 int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
                       cm_torch_options_t *out) {
+  return cli_torch_options_for(cmd, text, NULL, conf, device_memory, out);
+}
+
+int cli_torch_options_for(const char *cmd, const char *text, const char *recorded,
+                          const char *conf, uint64_t device_memory, cm_torch_options_t *out) {
   cm_torch_options_init(out);
   cm_diag_t d;
   cm_diag_clear(&d);
+  if (recorded && recorded[0] && cm_torch_options_parse(recorded, out, &d) != CM_OK) {
+    fprintf(stderr, "cubemem %s: warning: the snapshot's PYTORCH_CUDA_ALLOC_CONF '%s' is not "
+            "used (%s); the PyTorch layouts start from PyTorch's defaults\n", cmd, recorded,
+            d.message);
+    cm_torch_options_init(out);
+  }
   if (conf && cm_torch_options_parse(conf, out, &d) != CM_OK) {
     fprintf(stderr, "cubemem %s: --torch-conf '%s': %s\n", cmd, conf, d.message);
     return 2;

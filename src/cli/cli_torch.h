@@ -24,6 +24,12 @@ bool cli_torch_is_layout(const char *text);
  * (it sizes expandable ranges). Returns 0, or 2 with the reason on stderr. */
 int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
                       cm_torch_options_t *out);
+/* As cli_torch_options for a trace recorded with the PYTORCH_CUDA_ALLOC_CONF
+ * `recorded` (a snapshot's allocator_settings; NULL or "" = none), which
+ * comes first (--torch-conf and the layout's own options override it). A
+ * recorded string the model cannot read is reported on stderr and left out. */
+int cli_torch_options_for(const char *cmd, const char *text, const char *recorded,
+                          const char *conf, uint64_t device_memory, cm_torch_options_t *out);
 /* "PyTorch caching allocator (model), expandable_segments:True" into buf:
  * which allocator a figure assumes and its options. */
 void cli_torch_describe(const cm_torch_options_t *o, char *buf, size_t cap);

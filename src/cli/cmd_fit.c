@@ -261,8 +261,19 @@ int cm_cli_fit(int argc, char **argv) {
   for (size_t ti = 0; ti < o.trace_count && status != 1; ti++) {
     const char *tname = o.traces[ti];
     cm_trace_t *t = NULL;
-    if (cli_trace_load("fit", tname, &to, &t, NULL)) { /* CSV or snapshot; prints warnings */
+    cli_trace_info_t tinfo;
+    memset(&tinfo, 0, sizeof tinfo);
+    if (cli_trace_load("fit", tname, &to, &t, &tinfo)) { /* CSV or snapshot; prints warnings */
       status = 1;
+      break;
+    }
+    for (size_t l = 0; l < o.layout_count; l++) /* a snapshot's recorded PyTorch options */
+      if (cli_torch_is_layout(o.layouts[l]) &&
+          cli_torch_options_for("fit", o.layouts[l], tinfo.is_snapshot ? tinfo.snap.alloc_conf : NULL,
+                                o.torch_conf, o.capacity, &torch[l]))
+        status = 2;
+    if (status == 2) {
+      cm_trace_free(t);
       break;
     }
     for (size_t l = 0; l < o.layout_count; l++) {

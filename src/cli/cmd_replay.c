@@ -577,6 +577,14 @@ static int replay_all(env_t *env, job_t *job) {
     const char *tname = o->traces[ti];
     cm_trace_t *t = NULL;
     if (cli_trace_load("replay", tname, &to, &t, &job->tinfo)) return 1;
+    for (size_t l = 0; l < o->layout_count; l++) /* a snapshot's recorded PyTorch options */
+      if (job->lays[l].torch &&
+          cli_torch_options_for("replay", job->lays[l].text,
+                                job->tinfo.is_snapshot ? job->tinfo.snap.alloc_conf : NULL,
+                                o->torch_conf, env->capacity, &job->lays[l].torch_opts)) {
+        cm_trace_free(t);
+        return 2;
+      }
     bool ok = replay_trace(env, job->lays, tname, t, &job->runs[ti * o->layout_count]);
     if (ok) report_trace(env, job, ti, tname, t);
     cm_trace_free(t);

@@ -409,6 +409,28 @@ static void bad_arguments(void) {
   cm_torch_destroy(NULL);
 }
 
+/* A snapshot's allocator_settings: the recorded PYTORCH_CUDA_ALLOC_CONF
+ * (empty in the shared snapshots: PyTorch's defaults). */
+static void snapshot_settings(void) {
+  const char *dir = cm_test_shared_dir();
+  if (!dir) CM_SKIP("../shared is absent");
+  char path[600];
+  snprintf(path, sizeof path, "%s/traces/snapshots/cs336-medium-ctx128-inference.pickle", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) CM_SKIP("the snapshot is absent");
+  static char buf[4 << 20]; /* the snapshot is 1.2 MB */
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  char *csv = NULL;
+  size_t len = 0;
+  cm_snapshot_info_t info;
+  ASSERT_OK(cm_snapshot_to_csv(buf, n, NULL, &csv, &len, &info, NULL));
+  free(csv);
+  EXPECT(info.has_alloc_conf);
+  EXPECT_STR(info.alloc_conf, "");
+  EXPECT_EQ(info.reserved_bytes, 1763704832);
+}
+
 int main(void) {
   CM_RUN(rounding);
   CM_RUN(options_reader);
@@ -421,5 +443,6 @@ int main(void) {
   CM_RUN(replay_and_fit);
   CM_RUN(random_invariants);
   CM_RUN(bad_arguments);
+  CM_RUN(snapshot_settings);
   return cm_test_finish();
 }
