@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cli_torch.h"
 
 #define PLAIN "pytorch"
@@ -21,6 +22,23 @@ static size_t name_len(const char *text) {
 }
 
 bool cli_torch_is_layout(const char *text) { return text && name_len(text) != 0; }
+
+int cli_torch_check_name(const char *cmd, const char *text) {
+  static const char *const cubemem_names[] = {"default", "subslices", "exclusive-pages", "sliced",
+                                              "exclusive", "direct", "arena"};
+  static const char *const torch_names[] = {PLAIN, EXPANDABLE};
+  if (!text || strchr(text, ';') || cli_torch_is_layout(text)) return 0;
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(text, ":"), text);
+  for (size_t i = 0; i < sizeof cubemem_names / sizeof *cubemem_names; i++)
+    if (!strcmp(name, cubemem_names[i])) return 0;
+  if (cli_suggest(name, cubemem_names, sizeof cubemem_names / sizeof *cubemem_names)) return 0;
+  const char *s = cli_suggest(name, torch_names, 2);
+  if (!s) return 0;
+  fprintf(stderr, "cubemem %s: --pools '%s': unknown layout '%s'; did you mean '%s' (PyTorch's "
+          "caching allocator)?\n", cmd, text, name, s);
+  return 2;
+}
 
 int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
                       cm_torch_options_t *out) {

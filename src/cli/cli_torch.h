@@ -18,6 +18,10 @@
 /* Whether `text` names a PyTorch layout: `pytorch` or `pytorch-expandable`,
  * optionally followed by ':' and a PYTORCH_CUDA_ALLOC_CONF string. */
 bool cli_torch_is_layout(const char *text);
+/* 2 with "did you mean 'pytorch'?" on stderr when `text` is not a layout
+ * but its name is close to a PyTorch one (and to no cubemem preset or pool
+ * kind); else 0 (cli_parse_layout reports other mistakes). */
+int cli_torch_check_name(const char *cmd, const char *text);
 /* The options of PyTorch layout `text`: PyTorch's defaults, then `conf`
  * (--torch-conf, may be NULL), then the layout's own ":CONF", then
  * expandable_segments:True for pytorch-expandable; device_memory as given

@@ -228,10 +228,12 @@ int cm_cli_fit(int argc, char **argv) {
   cm_torch_options_t torch[FIT_MAX_LAYOUTS]; /* PyTorch layouts (counts[l] == 0) */
   for (size_t l = 0; l < o.layout_count; l++) {
     counts[l] = 0;
-    int lrc = cli_torch_is_layout(o.layouts[l])
-                  ? cli_torch_options("fit", o.layouts[l], o.torch_conf, o.capacity, &torch[l])
-                  : cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
-                               &counts[l]);
+    int lrc = cli_torch_check_name("fit", o.layouts[l]);
+    if (!lrc)
+      lrc = cli_torch_is_layout(o.layouts[l])
+                ? cli_torch_options("fit", o.layouts[l], o.torch_conf, o.capacity, &torch[l])
+                : cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
+                                   &counts[l]);
     if (lrc) {
       cm_config_free(&cfg);
       free(o.traces);

@@ -488,6 +488,7 @@ static int job_prepare(job_t *job, const env_t *env) {
       if (trc) return trc;
       continue;
     }
+    if (cli_torch_check_name("replay", o->layouts[l])) return 2;
     int lrc = cli_parse_layout("replay", o->layouts[l], env->props, job->lays[l].pools,
                                CM_MAX_DYNAMIC_POOLS, &job->lays[l].count);
     if (lrc) return lrc;

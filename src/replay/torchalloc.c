@@ -526,16 +526,21 @@ static bool map_block(cm_torch_t *m, cm_torch_block_t *b, uint64_t size,
   uint64_t pages = (size + g->page - 1) / g->page;
   uint64_t bytes = pages * g->page;
   if (bytes > b->size) bytes = b->size; /* ranges are whole pages, so this is exact */
+  cm_torch_block_t *rest = NULL; /* made first, so that no failure follows the mapping */
+  if (bytes < b->size &&
+      !(rest = new_block(m, g, b->stream, b->addr + bytes, b->size - bytes, false))) {
+    m->last_rc = CM_ENOMEM;
+    return false;
+  }
   int rc = cm__storage_vm_map(m->st, g->id, off, bytes, g->page, NULL);
   if (rc != CM_OK) {
+    free(rest);
     m->last_rc = rc;
     return false;
   }
   set_remove(m, b);
   b->mapped = true;
-  if (bytes < b->size) {
-    cm_torch_block_t *rest = new_block(m, g, b->stream, b->addr + bytes, b->size - bytes, false);
-    if (!rest) abort(); /* host memory exhausted mid-update: the model cannot stay consistent */
+  if (rest) {
     rest->prev = b;
     rest->next = b->next;
     if (b->next) b->next->prev = rest;
@@ -563,17 +568,22 @@ static cm_torch_block_t *unmap_block(cm_torch_t *m, cm_torch_block_t *b, int *rc
   *rc = CM_OK;
   if (first >= end) return b;
   uint64_t ustart = g->addr + first * g->page, ubytes = (end - first) * g->page;
-  int r = cm__storage_vm_unmap(m->st, g->id, first * g->page, ubytes, g->page, NULL);
+  uint64_t before = ustart - b->addr, after = b->size - before - ubytes;
+  /* the remnants are made first, so that no failure follows the unmapping */
+  cm_torch_block_t *x = before ? new_block(m, g, b->stream, b->addr, before, true) : NULL;
+  cm_torch_block_t *y = after ? new_block(m, g, b->stream, ustart + ubytes, after, true) : NULL;
+  int r = (before && !x) || (after && !y)
+              ? CM_ENOMEM
+              : cm__storage_vm_unmap(m->st, g->id, first * g->page, ubytes, g->page, NULL);
   if (r != CM_OK) {
+    free(x);
+    free(y);
     *rc = r;
     return b;
   }
   (void)cm_storage_flush(m->st);
   set_remove(m, b);
-  uint64_t before = ustart - b->addr, after = b->size - before - ubytes;
-  if (before) {
-    cm_torch_block_t *x = new_block(m, g, b->stream, b->addr, before, true);
-    if (!x) abort();
+  if (x) {
     x->prev = b->prev;
     x->next = b;
     if (b->prev) b->prev->next = x;
@@ -581,9 +591,7 @@ static cm_torch_block_t *unmap_block(cm_torch_t *m, cm_torch_block_t *b, int *rc
     b->prev = x;
     set_insert(m, x);
   }
-  if (after) {
-    cm_torch_block_t *y = new_block(m, g, b->stream, ustart + ubytes, after, true);
-    if (!y) abort();
+  if (y) {
     y->next = b->next;
     y->prev = b;
     if (b->next) b->next->prev = y;

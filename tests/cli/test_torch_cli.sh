@@ -74,6 +74,13 @@ grep -q "max_split_size_mb: '10' must be a whole number of MiB above 20" "$TMP/e
 "${R[@]}" --pools 'pytorch:expandable_segment:True' "$EX" >/dev/null 2>"$TMP/e"
 expect "unknown key exits 2" "$?" 2
 grep -q "unknown PYTORCH_CUDA_ALLOC_CONF key 'expandable_segment'" "$TMP/e" && ok "unknown key named" || bad "unknown key: $(cat "$TMP/e")"
+"${R[@]}" --pools pytorh "$EX" >/dev/null 2>"$TMP/e"
+expect "misspelt pytorch exits 2" "$?" 2
+grep -q "did you mean 'pytorch'" "$TMP/e" && ok "suggests pytorch" || bad "suggestion: $(cat "$TMP/e")"
+"$CM" fit --no-config --pools pytorch-expandible "$EX" >/dev/null 2>"$TMP/e"
+grep -q "did you mean 'pytorch-expandable'" "$TMP/e" && ok "fit suggests pytorch-expandable" || bad "fit suggestion: $(cat "$TMP/e")"
+"${R[@]}" --pools exclusive-page "$EX" >/dev/null 2>"$TMP/e"
+grep -q "did you mean 'exclusive-pages'" "$TMP/e" && ok "cubemem presets still suggested" || bad "preset suggestion: $(cat "$TMP/e")"
 "$CM" fit --no-config --torch-conf 'roundup_power2_divisions:3' --pools pytorch "$EX" >/dev/null 2>&1
 expect "fit: bad --torch-conf exits 2" "$?" 2
 
