@@ -6,7 +6,8 @@
 # driver calls by kind in text and JSON, the fit checked from outside (replay
 # on that device succeeds, 2 MiB less fails with exit 3 and PyTorch's
 # out-of-memory message), options in effect (max_split_size_mb changes the
-# figures), usage errors (exit 2), --svg and --html with a PyTorch layout.
+# figures), usage errors (exit 2), --svg and --html with a PyTorch layout, and
+# the same replay through the CUDA storage on the strict fake driver.
 # usage: bash test_torch_cli.sh BUILD_DIR SOURCE_DIR [SHARED_DIR]
 set -u
 BUILD=${1:?build dir} SRC=${2:?source dir}
@@ -88,6 +89,21 @@ expect "fit: bad --torch-conf exits 2" "$?" 2
 "${R[@]}" --pools default --pools pytorch --svg "$TMP/r.svg" --html "$TMP/r.html" "$EX" >/dev/null 2>"$TMP/e"
 expect "--svg and --html with a PyTorch layout exit 0" "$?" 0
 grep -q pytorch "$TMP/r.svg" && grep -q pytorch "$TMP/r.html" && ok "both name the layout" || bad "pictures"
+
+# the same replay through the CUDA storage on the strict fake driver: the same
+# figures, no call refused, everything given back at exit
+FAKE="$BUILD/libfakecuda.so"
+if [ -f "$FAKE" ]; then
+  out=$(FAKECUDA_CAPACITY=80G FAKECUDA_REPORT="$TMP/fake.report" CM_CUDA_LIBRARY="$FAKE" \
+        "${R[@]}" --device cuda --json --pools pytorch --pools pytorch-expandable "$EX" 2>"$TMP/e")
+  expect "--device cuda (fake driver) exits 0" "$?" 0
+  expect "fake driver: pytorch peak" "$(field peak_reserved_bytes "$(sed -n 1p <<<"$out")")" 1235222528
+  expect "fake driver: expandable peak" "$(field peak_reserved_bytes "$(sed -n 2p <<<"$out")")" 1216348160
+  grep -qx 'violations=0' "$TMP/fake.report" && grep -qx 'held=0' "$TMP/fake.report" \
+    && ok "fake driver: no violation, nothing held at exit" || bad "fake driver report: $(head -3 "$TMP/fake.report")"
+else
+  echo "note: $FAKE is not built; the fake-driver replay is skipped"
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
