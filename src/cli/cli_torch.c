@@ -40,6 +40,23 @@ int cli_torch_check_name(const char *cmd, const char *text) {
   return 2;
 }
 
+int cli_torch_check_conf(const char *cmd, const char *conf, const char *const *layouts, size_t n) {
+  if (!conf) return 0;
+  cm_torch_options_t o;
+  cm_torch_options_init(&o);
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  if (cm_torch_options_parse(conf, &o, &d) != CM_OK) {
+    fprintf(stderr, "cubemem %s: --torch-conf '%s': %s\n", cmd, conf, d.message);
+    return 2;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (cli_torch_is_layout(layouts[i])) return 0;
+  fprintf(stderr, "cubemem %s: warning: --torch-conf applies to the PyTorch layouts only "
+          "(--pools pytorch or pytorch-expandable); none was given\n", cmd);
+  return 0;
+}
+
 int cli_torch_options(const char *cmd, const char *text, const char *conf, uint64_t device_memory,
                       cm_torch_options_t *out) {
   return cli_torch_options_for(cmd, text, NULL, conf, device_memory, out);

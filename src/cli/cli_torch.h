@@ -8,6 +8,7 @@
 #define CM_CLI_TORCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cubemem/torchalloc.h"
@@ -18,6 +19,10 @@
 /* Whether `text` names a PyTorch layout: `pytorch` or `pytorch-expandable`,
  * optionally followed by ':' and a PYTORCH_CUDA_ALLOC_CONF string. */
 bool cli_torch_is_layout(const char *text);
+/* Check --torch-conf `conf` (NULL: not given) once: 2 with the reason when
+ * it does not parse; a warning on stderr when none of the n layouts is a
+ * PyTorch one (it would have no effect). */
+int cli_torch_check_conf(const char *cmd, const char *conf, const char *const *layouts, size_t n);
 /* 2 with "did you mean 'pytorch'?" on stderr when `text` is not a layout
  * but its name is close to a PyTorch one (and to no cubemem preset or pool
  * kind); else 0 (cli_parse_layout reports other mistakes). */

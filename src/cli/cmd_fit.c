@@ -226,6 +226,11 @@ int cm_cli_fit(int argc, char **argv) {
   static cm_pool_options_t pools[FIT_MAX_LAYOUTS][CM_MAX_DYNAMIC_POOLS];
   size_t counts[FIT_MAX_LAYOUTS];
   cm_torch_options_t torch[FIT_MAX_LAYOUTS]; /* PyTorch layouts (counts[l] == 0) */
+  if (cli_torch_check_conf("fit", o.torch_conf, o.layouts, o.layout_count)) {
+    cm_config_free(&cfg);
+    free(o.traces);
+    return 2;
+  }
   for (size_t l = 0; l < o.layout_count; l++) {
     counts[l] = 0;
     int lrc = cli_torch_check_name("fit", o.layouts[l]);

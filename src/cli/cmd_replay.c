@@ -480,6 +480,7 @@ static int job_prepare(job_t *job, const env_t *env) {
     fprintf(stderr, "cubemem replay: out of memory\n");
     return 1;
   }
+  if (cli_torch_check_conf("replay", o->torch_conf, o->layouts, o->layout_count)) return 2;
   for (size_t l = 0; l < o->layout_count; l++) {
     job->lays[l].text = o->layouts[l];
     if ((job->lays[l].torch = cli_torch_is_layout(o->layouts[l]))) {

@@ -75,6 +75,11 @@ grep -q "max_split_size_mb: '10' must be a whole number of MiB above 20" "$TMP/e
 "${R[@]}" --pools 'pytorch:expandable_segment:True' "$EX" >/dev/null 2>"$TMP/e"
 expect "unknown key exits 2" "$?" 2
 grep -q "unknown PYTORCH_CUDA_ALLOC_CONF key 'expandable_segment'" "$TMP/e" && ok "unknown key named" || bad "unknown key: $(cat "$TMP/e")"
+"${R[@]}" --torch-conf max_split_size_mb:128 "$EX" >/dev/null 2>"$TMP/e"
+expect "--torch-conf without a PyTorch layout exits 0" "$?" 0
+grep -q "applies to the PyTorch layouts only" "$TMP/e" && ok "unused --torch-conf warned" || bad "unused --torch-conf: $(cat "$TMP/e")"
+"${R[@]}" --torch-conf max_split_size_mb:1 "$EX" >/dev/null 2>&1
+expect "a bad --torch-conf is refused even unused" "$?" 2
 "${R[@]}" --pools pytorh "$EX" >/dev/null 2>"$TMP/e"
 expect "misspelt pytorch exits 2" "$?" 2
 grep -q "did you mean 'pytorch'" "$TMP/e" && ok "suggests pytorch" || bad "suggestion: $(cat "$TMP/e")"
