@@ -10,7 +10,7 @@ _cubemem() {
     return
   fi
   case $prev in
-    --pools) COMPREPLY=($(compgen -W "default subslices exclusive-pages sliced: exclusive: direct arena:" -- "$cur")); return ;;
+    --pools) COMPREPLY=($(compgen -W "default subslices exclusive-pages pytorch pytorch-expandable sliced: exclusive: direct arena:" -- "$cur")); return ;;
     --persistent-memory) COMPREPLY=($(compgen -W "enabled size-match disabled enforced" -- "$cur")); return ;;
     --device) COMPREPLY=($(compgen -W "sim cuda cuda:sync cuda:async" -- "$cur")); return ;;
     --snapshot-free-on) COMPREPLY=($(compgen -W "completed requested" -- "$cur")); return ;;
@@ -19,12 +19,13 @@ _cubemem() {
     --config) COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -d -- "$cur")); return ;;
     --driver-costs) COMPREPLY=($(compgen -W "a100 fast" -- "$cur") $(compgen -f -X '!*.toml' -- "$cur")); return ;;
     --grid) COMPREPLY=($(compgen -W "2MiB 4MiB 64MiB" -- "$cur")); return ;;
+    --torch-conf) COMPREPLY=($(compgen -W "expandable_segments:True max_split_size_mb: roundup_power2_divisions: max_non_split_rounding_mb: garbage_collection_threshold:" -- "$cur")); return ;;
     --svg|--repeat|--runs|--confirm|--snapshot-device) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   local opts
   case $cmd in
-    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --no-progress --help" ;;
-    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --json --skip-bad-lines --no-progress --help" ;;
+    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --torch-conf --no-progress --help" ;;
+    fit) opts="--pools --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --torch-conf --json --skip-bad-lines --no-progress --help" ;;
     plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --driver-costs --skip-bad-lines --help" ;;
     check-config) opts="--lenient --help" ;;
     *) opts="--help" ;;

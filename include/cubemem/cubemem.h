@@ -14,4 +14,5 @@
 #include "cubemem/vulkan.h"
 #include "cubemem/ptr.h"
 #include "cubemem/faulty.h"
+#include "cubemem/torchalloc.h"
 #endif

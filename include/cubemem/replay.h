@@ -140,6 +140,11 @@ typedef struct cm_snapshot_info {
   uint64_t oom_entries;      /* `oom` entries */
   uint64_t segments;         /* that device's segments at dump */
   uint64_t reserved_bytes;   /* their total size: PyTorch's reserved bytes at dump */
+  /* allocator_settings' PYTORCH_CUDA_ALLOC_CONF (PyTorch 2.4 and later), the
+   * caching allocator's options when the snapshot was recorded ("" when
+   * none were set); has_alloc_conf is false when the snapshot does not say. */
+  bool has_alloc_conf;
+  char alloc_conf[256];
 } cm_snapshot_info_t;
 
 /* Initialise options to the defaults (device -1, free_completed). */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_torch.h"
 #include "cubemem/config.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
@@ -39,6 +40,7 @@ typedef struct fit_opts {
   const char *layouts[FIT_MAX_LAYOUTS];
   size_t layout_count;
   const char *persistent_memory;
+  const char *torch_conf;   /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   const char *config_path;  /* --config */
   bool no_config;           /* --no-config */
   int snapshot_device;      /* --snapshot-device, -1 = first with history */
@@ -60,7 +62,9 @@ static void fit_usage(FILE *out) {
           "\n"
           "options:\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list\n"
-          "                         (as for replay). Repeat to compare layouts.\n"
+          "                         (as for replay), or PyTorch's caching allocator: pytorch |\n"
+          "                         pytorch-expandable[:CONF]. Repeat to compare layouts.\n"
+          "  --torch-conf CONF      PYTORCH_CUDA_ALLOC_CONF for the PyTorch layouts\n"
           "  --device-memory SIZE   the device of the unconstrained replay, the figure\n"
           "                         'cubemem replay' reports (default 80GiB); every probed\n"
           "                         capacity C resolves the layout as 'replay --device-memory C'\n"
@@ -107,13 +111,14 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->progress = false;
     } else if (!strcmp(a, "--no-config")) {
       o->no_config = true;
-    } else if (!strcmp(a, "--driver-costs")) {
+    } else if (!strcmp(a, "--driver-costs") || !strcmp(a, "--torch-conf")) {
       if (!v) {
         fprintf(stderr, "cubemem fit: %s needs a value\n", a);
         return 2;
       }
       i++;
-      if (cli_driver_costs_option("fit", v, &o->costs)) return 2;
+      if (!strcmp(a, "--torch-conf")) o->torch_conf = v;
+      else if (cli_driver_costs_option("fit", v, &o->costs)) return 2;
     } else if (!strcmp(a, "--config") || !strcmp(a, "--snapshot-device") ||
                !strcmp(a, "--snapshot-free-on")) {
       if (!v) {
@@ -173,7 +178,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       static const char *const all[] = {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
           "--confirm", "--driver-costs", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
-          "--json", "--skip-bad-lines", "--no-progress", "--help"};
+          "--torch-conf", "--json", "--skip-bad-lines", "--no-progress", "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
       o->traces[o->trace_count++] = a;
@@ -256,11 +261,22 @@ int cm_cli_fit(int argc, char **argv) {
   static cm_pool_options_t pools[FIT_MAX_LAYOUTS][CM_MAX_DYNAMIC_POOLS];
   static cli_fit_layout_t resolve[FIT_MAX_LAYOUTS];
   size_t counts[FIT_MAX_LAYOUTS];
+  cm_torch_options_t torch[FIT_MAX_LAYOUTS]; /* PyTorch layouts (counts[l] == 0) */
+  if (cli_torch_check_conf("fit", o.torch_conf, o.layouts, o.layout_count)) {
+    cm_config_free(&cfg);
+    free(o.traces);
+    return 2;
+  }
   for (size_t l = 0; l < o.layout_count; l++) { /* checked once, with its messages */
     resolve[l].text = o.layouts[l];
     resolve[l].alignment = o.alignment;
-    int lrc = cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
-                               &counts[l]);
+    counts[l] = 0;
+    int lrc = cli_torch_check_name("fit", o.layouts[l]);
+    if (!lrc)
+      lrc = cli_torch_is_layout(o.layouts[l])
+                ? cli_torch_options("fit", o.layouts[l], o.torch_conf, o.capacity, &torch[l])
+                : cli_parse_layout("fit", o.layouts[l], props, pools[l], CM_MAX_DYNAMIC_POOLS,
+                                   &counts[l]);
     if (lrc) {
       cm_config_free(&cfg);
       free(o.traces);
@@ -276,7 +292,15 @@ int cm_cli_fit(int argc, char **argv) {
            "reports it, with its modelled driver time (%s); grid ", cap, o.costs.name);
     cli_fmt_iec(o.grid, cap, sizeof cap);
     printf("%s, config %s)\n\n", cap, config_used);
-    printf("  %-40s %-16s %12s %12s %8s %12s %8s %7s %12s\n", "trace", "layout",
+    printf("  the allocator each layout assumes:\n");
+    for (size_t l = 0; l < o.layout_count; l++) {
+      char what[320];
+      if (cli_torch_is_layout(o.layouts[l])) cli_torch_describe(&torch[l], what, sizeof what);
+      else snprintf(what, sizeof what, "cubemem, --pools %s", o.layouts[l]);
+      printf("  %-24.24s %s\n", o.layouts[l], what);
+    }
+    printf("\n");
+    printf("  %-40s %-18s %12s %12s %8s %12s %8s %7s %12s\n", "trace", "layout",
            "peak live", "on device", "ratio", "fits in", "ratio", "replays", "driver time");
   }
   cli_trace_options_t to = {.skip_bad = o.skip_bad, .snapshot_device = o.snapshot_device,
@@ -284,8 +308,19 @@ int cm_cli_fit(int argc, char **argv) {
   for (size_t ti = 0; ti < o.trace_count && status != 1; ti++) {
     const char *tname = o.traces[ti];
     cm_trace_t *t = NULL;
-    if (cli_trace_load("fit", tname, &to, &t, NULL)) { /* CSV or snapshot; prints warnings */
+    cli_trace_info_t tinfo;
+    memset(&tinfo, 0, sizeof tinfo);
+    if (cli_trace_load("fit", tname, &to, &t, &tinfo)) { /* CSV or snapshot; prints warnings */
       status = 1;
+      break;
+    }
+    for (size_t l = 0; l < o.layout_count; l++) /* a snapshot's recorded PyTorch options */
+      if (cli_torch_is_layout(o.layouts[l]) &&
+          cli_torch_options_for("fit", o.layouts[l], tinfo.is_snapshot ? tinfo.snap.alloc_conf : NULL,
+                                o.torch_conf, o.capacity, &torch[l]))
+        status = 2;
+    if (status == 2) {
+      cm_trace_free(t);
       break;
     }
     for (size_t l = 0; l < o.layout_count; l++) {
@@ -310,7 +345,9 @@ int cm_cli_fit(int argc, char **argv) {
       }
       cm_fit_result_t fr;
       cm_diag_clear(&d);
-      int rc = cm_replay_fit(t, &mc, &fo, &fr, &d);
+      bool is_torch = cli_torch_is_layout(o.layouts[l]);
+      int rc = is_torch ? cm_torch_fit(t, &torch[l], &fo, &fr, &d)
+                        : cm_replay_fit(t, &mc, &fo, &fr, &d);
       if (o.progress) fprintf(stderr, "\r\033[K");
       if (rc != CM_OK) {
         fprintf(stderr, "cubemem fit: %s [%s]: %s\n", tname, o.layouts[l],
@@ -324,6 +361,13 @@ int cm_cli_fit(int argc, char **argv) {
         cli_json_string(stdout, tname);
         fputs(",\"layout\":", stdout);
         cli_json_string(stdout, o.layouts[l]);
+        printf(",\"allocator\":\"%s\"", is_torch ? "pytorch" : "cubemem");
+        if (is_torch) {
+          char conf[256];
+          cm_torch_options_format(&torch[l], conf, sizeof conf);
+          fputs(",\"torch_conf\":", stdout);
+          cli_json_string(stdout, conf);
+        }
         printf(",\"device_memory\":%" PRIu64 ",\"grid\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
                ",\"unconstrained_peak_reserved\":%" PRIu64 ",\"unconstrained_over_live\":%.6f"
                ",\"unconstrained_device_memory\":%" PRIu64
@@ -347,9 +391,9 @@ int cm_cli_fit(int argc, char **argv) {
         cm_driver_time_model(&o.costs, &fr.unconstrained_storage, &dt);
         char ms[32];
         cli_fmt_ms(dt.total_ns, ms, sizeof ms);
-        printf("  %-40.40s %-16.16s %12s %12s %8.4f %12s %8.4f %7u %12s\n",
+        printf("  %-40.40s %-18.18s %12s %12s %8.4f %12s %8.4f %7u %12s\n",
                base ? base + 1 : tname, o.layouts[l], a, b, unl, c, fr.ratio, fr.replays, ms);
-        printf("  %-40s %-16s %12" PRIu64 " %12" PRIu64 " %8s %12" PRIu64 "\n", "", "  (bytes)",
+        printf("  %-40s %-18s %12" PRIu64 " %12" PRIu64 " %8s %12" PRIu64 "\n", "", "  (bytes)",
                fr.peak_live_bytes, fr.unconstrained_peak, "", fr.fit_bytes);
         print_kinds(&dt);
         if (fr.unconstrained_failed)

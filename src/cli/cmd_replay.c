@@ -61,7 +61,10 @@ static void usage(FILE *out) {
           "  --alignment N          pool alignment in bytes, a power of two (default 512)\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | an explicit list,\n"
           "                         e.g. 'sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,\n"
-          "                         period=5000;direct'. Repeat to compare layouts.\n"
+          "                         period=5000;direct'; or PyTorch's caching allocator:\n"
+          "                         pytorch | pytorch-expandable[:CONF]. Repeat to compare.\n"
+          "  --torch-conf CONF      PYTORCH_CUDA_ALLOC_CONF for the PyTorch layouts, e.g.\n"
+          "                         'max_split_size_mb:128,roundup_power2_divisions:4'\n"
           "  --config PATH          the configuration ([memory] of a cubecl.toml, [cubecl.memory]\n"
           "                         of a burn.toml); default: cubecl.toml / burn.toml found\n"
           "                         from the current directory upward, as check-config does\n"
@@ -184,6 +187,7 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
   uint64_t cap = env->capacity;
   int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
   if (rc) return rc;
+  if (lay->torch) return cm_torch_replay(t, st, &lay->torch_opts, ro, res, NULL, d);
   cm_manager_config_t mc;
   cm_manager_config_init(&mc);
   mc.name = "replay";
@@ -220,7 +224,7 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   if (o->svg || o->html) {
     cm_replay_options_t ri = ro;
     ri.timeline_points = TIMELINE_POINTS;
-    if (o->html) {
+    if (o->html && !lay->torch) { /* the model has no manager to record */
       if ((rc = cm_replay_recorder_create(t, TIMELINE_POINTS, &out->rec, d))) return rc;
       ri.observe = cm_replay_recorder_observe;
       ri.observe_arg = out->rec;
@@ -324,6 +328,10 @@ static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *
  * layout as --device-memory C would, so the figure is a replay that fits).
  * 0 when the trace does not fit even on a much larger device. */
 static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
+  if (lay->torch) {
+    cm_fit_result_t tr;
+    return cm_torch_fit(t, &lay->torch_opts, NULL, &tr, NULL) == CM_OK ? tr.fit_bytes : 0;
+  }
   cm_manager_config_t mc;
   cm_manager_config_init(&mc);
   mc.name = "replay";
@@ -351,7 +359,7 @@ static bool value_option(int argc, char **argv, int *i, const char **name, const
                                            "--config", "--persistent-memory", "--repeat",
                                            "--runs", "--driver-costs",
                                            "--svg", "--device", "--html", "--snapshot-device",
-                                           "--snapshot-free-on"};
+                                           "--snapshot-free-on", "--torch-conf"};
   const char *a = argv[*i];
   *name = NULL;
   *val = NULL;
@@ -408,6 +416,8 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
     o->html = val;
   } else if (!strcmp(name, "--device")) {
     o->device = val;
+  } else if (!strcmp(name, "--torch-conf")) {
+    o->torch_conf = val;
   } else if (!strcmp(name, "--snapshot-device")) {
     char *end;
     long dv = strtol(val, &end, 10);
@@ -464,7 +474,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
-          "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json",
+          "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json", "--torch-conf",
           "--skip-bad-lines", "--no-progress", "--no-config", "--help"};
       return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }
@@ -558,8 +568,16 @@ static int job_prepare(job_t *job, const env_t *env) {
     fprintf(stderr, "cubemem replay: out of memory\n");
     return 1;
   }
+  if (cli_torch_check_conf("replay", o->torch_conf, o->layouts, o->layout_count)) return 2;
   for (size_t l = 0; l < o->layout_count; l++) {
     job->lays[l].text = o->layouts[l];
+    if ((job->lays[l].torch = cli_torch_is_layout(o->layouts[l]))) {
+      int trc = cli_torch_options("replay", o->layouts[l], o->torch_conf, env->capacity,
+                                  &job->lays[l].torch_opts);
+      if (trc) return trc;
+      continue;
+    }
+    if (cli_torch_check_name("replay", o->layouts[l])) return 2;
     int lrc = cli_parse_layout("replay", o->layouts[l], env->props, job->lays[l].pools,
                                CM_MAX_DYNAMIC_POOLS, &job->lays[l].count);
     if (lrc) return lrc;
@@ -659,6 +677,14 @@ static int replay_all(env_t *env, job_t *job) {
     const char *tname = o->traces[ti];
     cm_trace_t *t = NULL;
     if (cli_trace_load("replay", tname, &to, &t, &job->tinfo)) return 1;
+    for (size_t l = 0; l < o->layout_count; l++) /* a snapshot's recorded PyTorch options */
+      if (job->lays[l].torch &&
+          cli_torch_options_for("replay", job->lays[l].text,
+                                job->tinfo.is_snapshot ? job->tinfo.snap.alloc_conf : NULL,
+                                o->torch_conf, env->capacity, &job->lays[l].torch_opts)) {
+        cm_trace_free(t);
+        return 2;
+      }
     bool ok = replay_trace(env, job->lays, tname, t, &job->runs[ti * o->layout_count]);
     if (ok) report_trace(env, job, ti, tname, t);
     cm_trace_free(t);

@@ -4,6 +4,7 @@
 #define CM_CLI_CMD_REPLAY_H
 
 #include "cli.h"
+#include "cli_torch.h"
 
 #define MAX_LAYOUTS 16
 
@@ -12,6 +13,8 @@ typedef struct layout {
   const char *text; /* as given on the command line */
   cm_pool_options_t pools[CM_MAX_DYNAMIC_POOLS];
   size_t count;
+  bool torch;                    /* a PyTorch layout (cli_torch.h): torch_opts, no pools */
+  cm_torch_options_t torch_opts;
 } layout_t;
 
 /* The command line. */
@@ -35,6 +38,7 @@ typedef struct opts {
   const char *svg;
   const char *html; /* --html FILE */
   bool fit;         /* --fit: also search the smallest device per layout */
+  const char *torch_conf; /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   const char **traces;
   size_t trace_count;
 } opts_t;

@@ -98,6 +98,13 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
   json_string(f, tname);
   fputs(",\"layout\":", f);
   json_string(f, lay->text);
+  fprintf(f, ",\"allocator\":\"%s\"", lay->torch ? "pytorch" : "cubemem");
+  if (lay->torch) {
+    char conf[256];
+    cm_torch_options_format(&lay->torch_opts, conf, sizeof conf);
+    fputs(",\"torch_conf\":", f);
+    json_string(f, conf);
+  }
   fprintf(f,
           ",\"device\":\"%s\",\"device_memory\":%" PRIu64 ",\"events\":%" PRIu64
           ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
@@ -451,6 +458,12 @@ static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size
 static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const cm_replay_result_t *r = &runs[i].res;
+    if (lays[i].torch) { /* no cubemem pools: say which allocator it is */
+      char what[320];
+      cli_torch_describe(&lays[i].torch_opts, what, sizeof what);
+      printf("\n  layout '%s': %s\n", lays[i].text, what);
+      continue;
+    }
     printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);
     printf("  %4s  %-44s %7s %7s %12s %12s %12s\n", "#", "kind / options", "pages", "peak",
            "reserved", "reserved max", "largest");

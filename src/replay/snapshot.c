@@ -113,6 +113,19 @@ static void emit(cm__sbuf *b, const row_t *r) {
 #define KEY(a) ((a) + 1)
 #define SIZE_VAL(s) ((void *)(uintptr_t)((s) + 1))
 
+/* allocator_settings["PYTORCH_CUDA_ALLOC_CONF"] (PyTorch 2.4 and later) into
+ * info->alloc_conf; left empty when absent, not a string, or too long. */
+static void allocator_conf(const cm_pv_t *snap, cm_snapshot_info_t *info) {
+  info->alloc_conf[0] = '\0';
+  if (snap->kind != CM_PV_DICT) return;
+  const cm_pv_t *set = cm__pv_get(snap, "allocator_settings");
+  const cm_pv_t *c = set && set->kind == CM_PV_DICT ? cm__pv_get(set, "PYTORCH_CUDA_ALLOC_CONF") : NULL;
+  if (!c || c->kind != CM_PV_STR || c->n >= sizeof info->alloc_conf) return;
+  memcpy(info->alloc_conf, c->s, c->n);
+  info->alloc_conf[c->n] = '\0';
+  info->has_alloc_conf = true;
+}
+
 static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf *out,
                    cm_snapshot_info_t *info, cm_diag_t *diag) {
   const cm_pv_t *segs = NULL, *traces = NULL;
@@ -154,6 +167,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
   info->device = device;
   info->device_count = device_count;
   info->has_history = history;
+  allocator_conf(snap, info);
 
   const cm_pv_t *trace = (size_t)device < ntraces ? traces->items[device] : NULL;
   if (trace && trace->kind != CM_PV_LIST)

@@ -1,0 +1,259 @@
+/*
+ * torchreplay.c - traces through the model of PyTorch's caching allocator
+ * (torchalloc.c): cm_torch_replay fills the cm_replay_result_t that
+ * cm_replay_run fills for a manager, so the reports of `cubemem replay` serve
+ * both; cm_torch_fit is cm_replay_fit's search with the model in place of a
+ * manager.
+ *
+ * The replay keeps one block per trace slot. Reserved bytes and driver calls
+ * are the storage's counters (a fresh storage per replay, so they are the
+ * replay's); the timeline, when asked, samples them after every event in runs
+ * of ceil(count / points) events, keeping each run's maxima.
+ *
+ * Exports cm_torch_replay and cm_torch_fit (cubemem/torchalloc.h).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "cubemem/torchalloc.h"
+
+/* The result's storage figures from the storage's counters (a fresh storage:
+ * the counters are the replay's), as cm_replay_run reports them. */
+static void fill_storage(cm_replay_result_t *out, const cm_storage_stats_t *s) {
+  out->peak_reserved_bytes = s->bytes_held_peak;
+  out->manager_reserved_peak = s->bytes_held_peak;
+  out->reserved_at_end = s->bytes_held;
+  out->device_maps = s->maps;
+  out->device_unmaps = s->unmaps;
+  out->device_allocs = s->allocs + s->maps;
+  out->device_frees = s->deallocs + s->unmaps;
+  out->device_time_ns = s->time_ns;
+  out->storage = *s;
+  out->driver_calls = s->allocs + s->deallocs + s->creates + s->map_calls + s->set_access +
+                      s->unmap_calls + s->releases + s->reserves + s->address_frees +
+                      s->mem_queries;
+}
+
+int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
+                    const cm_torch_options_t *topts, const cm_replay_options_t *opts,
+                    cm_replay_result_t *out, cm_torch_stats_t *tstats, cm_diag_t *diag) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!trace || !storage || !out) {
+    cm_storage_destroy(storage);
+    return cm__diag_set(diag, CM_EINVAL, "cm_torch_replay: NULL argument");
+  }
+  cm_replay_options_t o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  if (o.observe) {
+    cm_storage_destroy(storage);
+    return cm__diag_set(diag, CM_ENOTSUP,
+                        "the PyTorch allocator model has no manager to observe (the HTML "
+                        "report's recording is for cubemem's layouts)");
+  }
+  cm_torch_t *m = NULL;
+  int rc = cm_torch_create(storage, topts, &m, diag);
+  if (rc != CM_OK) return rc;
+
+  cm_torch_block_t **blk = calloc(trace->slots ? trace->slots : 1, sizeof *blk);
+  cm_pool_report_t *reports = calloc(1, sizeof *reports); /* the (unused) persistent pool */
+  size_t bucket = 1, ntl = 0;
+  cm_replay_sample_t *tl = NULL;
+  if (o.timeline_points) {
+    bucket = trace->count / o.timeline_points + (trace->count % o.timeline_points != 0);
+    if (!bucket) bucket = 1;
+    tl = calloc(o.timeline_points + 2, sizeof *tl);
+  }
+  if (!blk || !reports || (o.timeline_points && !tl)) {
+    free(blk);
+    free(reports);
+    free(tl);
+    cm_torch_destroy(m);
+    return cm__diag_set(diag, CM_ENOMEM, "out of memory preparing the replay");
+  }
+  if (tl) tl[ntl++] = (cm_replay_sample_t){0, 0, 0};
+
+  const size_t n = trace->count;
+  size_t n_done = n;
+  uint64_t allocs = 0, frees = 0, failed = 0, live = 0, run_live = 0, run_res = 0;
+  uint64_t every = o.progress ? o.progress_every : 0, countdown = every;
+  cm_diag_t fd;
+  cm_torch_stats_t ts;
+  int hard = CM_OK; /* a device failure other than out-of-memory stops the replay */
+  uint64_t t0 = cm__now_ns();
+  for (size_t i = 0; i < n; i++) {
+    const cm_trace_event_t *e = &trace->events[i];
+    if (e->action == CM_TRACE_ALLOC) {
+      allocs++;
+      live += e->size;
+      cm_diag_clear(&fd);
+      rc = cm_torch_malloc(m, e->size, 0, &blk[e->slot], &fd);
+      if (rc != CM_OK) {
+        blk[e->slot] = NULL;
+        if (failed++ == 0) {
+          out->first_failure = rc;
+          out->first_failure_size = e->size;
+          snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
+                   fd.message[0] ? fd.message : cm_strerror(rc));
+        }
+        if (rc != CM_EOOM) hard = rc;
+        if (o.stop_on_failure || hard) {
+          n_done = i + 1;
+          break;
+        }
+      }
+    } else {
+      live -= e->size;
+      if (blk[e->slot]) {
+        frees++;
+        cm_torch_free(m, blk[e->slot]);
+        blk[e->slot] = NULL;
+      }
+    }
+    if (tl) {
+      cm_torch_stats(m, &ts);
+      if (live > run_live) run_live = live;
+      if (ts.reserved > run_res) run_res = ts.reserved;
+      if ((i + 1) % bucket == 0 || i + 1 == n) {
+        tl[ntl++] = (cm_replay_sample_t){i + 1, run_live, run_res};
+        run_live = live;
+        run_res = ts.reserved;
+      }
+    }
+    if (every && --countdown == 0) {
+      countdown = every;
+      o.progress(o.progress_arg, i + 1, n);
+    }
+  }
+  uint64_t t1 = cm__now_ns();
+  if (o.progress) o.progress(o.progress_arg, n, n);
+
+  cm_storage_stats_t s;
+  cm_storage_stats(cm_torch_storage(m), &s);
+  if (tstats) cm_torch_stats(m, tstats);
+  free(blk); /* the blocks go with the model */
+  cm_torch_destroy(m);
+
+  out->events = n_done;
+  out->allocs = allocs;
+  out->frees = frees;
+  out->failed_allocs = failed;
+  out->elapsed_ns = t1 - t0;
+  out->ns_per_op = allocs + frees ? (double)(t1 - t0) / (double)(allocs + frees) : 0.0;
+  out->peak_live_bytes = trace->peak_live_bytes;
+  fill_storage(out, &s);
+  out->pool_count = 0;
+  out->pool_reports = reports;
+  out->timeline = tl;
+  out->timeline_count = ntl;
+  if (hard) {
+    cm_replay_result_free(out);
+    return cm__diag_set(diag, hard, "the device failed: %s", cm_strerror(hard));
+  }
+  return CM_OK;
+}
+
+/* One replay on a simulated device of `capacity` bytes (0 = unlimited). */
+static int probe(const cm_trace_t *t, const cm_torch_options_t *to, uint64_t granularity,
+                 uint64_t capacity, bool stop, bool *fits, uint64_t *peak,
+                 cm_replay_result_t *keep, cm_diag_t *diag) {
+  cm_storage_t *st = NULL;
+  int rc = cm_storage_sim_create(capacity, true, granularity, &st);
+  if (rc != CM_OK)
+    return cm__diag_set(diag, rc, "cannot create the simulated device: %s", cm_strerror(rc));
+  cm_replay_options_t ro;
+  memset(&ro, 0, sizeof ro);
+  ro.stop_on_failure = stop;
+  cm_torch_options_t po = *to;
+  if (capacity) po.device_memory = capacity; /* the device PyTorch sees is the probed one */
+  cm_replay_result_t r;
+  rc = cm_torch_replay(t, st, &po, &ro, &r, NULL, diag);
+  if (rc != CM_OK) return rc;
+  *fits = r.failed_allocs == 0 && r.storage.violations == 0;
+  *peak = r.peak_reserved_bytes;
+  if (keep) *keep = r;
+  else cm_replay_result_free(&r);
+  return CM_OK;
+}
+
+static uint64_t down(uint64_t x, uint64_t g) { return x / g * g; }
+static uint64_t up(uint64_t x, uint64_t g) { return (x / g + (x % g != 0)) * g; }
+
+int cm_torch_fit(const cm_trace_t *trace, const cm_torch_options_t *topts,
+                 const cm_fit_options_t *opts, cm_fit_result_t *out, cm_diag_t *diag) {
+  if (!trace || !out) return cm__diag_set(diag, CM_EINVAL, "cm_torch_fit: NULL argument");
+  cm_fit_options_t o;
+  cm_fit_options_init(&o);
+  if (opts) {
+    o = *opts;
+    if (!o.grid) o.grid = 2ull << 20;
+    if (!o.confirmations) o.confirmations = 7;
+  }
+  cm_torch_options_t to;
+  cm_torch_options_init(&to);
+  if (topts) to = *topts;
+  if (!to.device_memory) to.device_memory = 80ull << 30;
+  memset(out, 0, sizeof *out);
+  out->peak_live_bytes = trace->peak_live_bytes;
+
+  cm_replay_result_t free_run;
+  bool fits = false;
+  uint64_t peak = 0;
+  /* the unconstrained run: on the device cubemem's fit replays on (0: unlimited) */
+  int rc = probe(trace, &to, o.granularity, o.unconstrained_capacity, false, &fits, &peak, &free_run,
+                 diag);
+  if (rc != CM_OK) return rc;
+  out->replays = 1;
+  if (!fits) {
+    rc = cm__diag_set(diag, free_run.first_failure ? free_run.first_failure : CM_EOOM,
+                      "the trace does not replay even on an unlimited device: %" PRIu64
+                      " allocations failed, the first with %s (%s)",
+                      free_run.failed_allocs, cm_err_name(free_run.first_failure),
+                      free_run.first_failure_message);
+    cm_replay_result_free(&free_run);
+    return rc;
+  }
+  out->unconstrained_capacity = o.unconstrained_capacity;
+  out->unconstrained_storage = free_run.storage; /* what a driver-time model prices */
+  cm_replay_result_free(&free_run);
+  out->unconstrained_peak = peak;
+  uint64_t top = up(peak ? peak : o.grid, o.grid);
+  uint64_t lo = down(trace->peak_live_bytes, o.grid);
+  uint64_t hi = top;
+  if (lo >= hi) lo = hi > o.grid ? hi - o.grid : 0;
+  for (;;) {
+    while (hi - lo > o.grid) { /* hi fits; lo fails (or is the floor) */
+      uint64_t mid = down(lo + (hi - lo) / 2, o.grid);
+      if (mid <= lo) mid = lo + o.grid;
+      rc = probe(trace, &to, o.granularity, mid, true, &fits, &peak, NULL, diag);
+      if (rc != CM_OK) return rc;
+      out->replays++;
+      if (fits) hi = mid;
+      else lo = mid;
+      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
+    }
+    uint64_t bad = 0;
+    for (unsigned k = 1; k <= o.confirmations && hi < top; k++) {
+      uint64_t c = down(hi + (top - hi) * k / (o.confirmations + 1), o.grid);
+      if (c <= hi || c <= bad) continue;
+      rc = probe(trace, &to, o.granularity, c, true, &fits, &peak, NULL, diag);
+      if (rc != CM_OK) return rc;
+      out->replays++;
+      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
+      if (!fits) {
+        if (!out->nonmonotone) out->first_nonmonotone = c;
+        out->nonmonotone++;
+        bad = c;
+      }
+    }
+    if (!bad) break;
+    lo = bad;
+    hi = top;
+  }
+  out->fit_bytes = hi;
+  out->ratio = trace->peak_live_bytes ? (double)hi / (double)trace->peak_live_bytes : 0.0;
+  return CM_OK;
+}
