@@ -1,0 +1,211 @@
+/*
+ * test_pickle_bounds.c - what a hostile pickle can cost the readers
+ * (src/replay/pickle.c, src/replay/snapshot.c): memory per input byte, time
+ * per input byte.
+ *
+ *   memo_is_sparse          PUTs stepping the memo index by 2^20 (and up to
+ *                           2^32 - 1) parse within a few MiB of peak RSS and
+ *                           read back by GET; MEMOIZE stores at the memo's size
+ *   dict_lookup_is_bounded  one dict of 20,000 keys shared through the memo by
+ *                           20,000 trace entries, and a dict binding one key
+ *                           20,000 times, convert in well under a second
+ *   dict_keeps_one_binding  a rebound str key is stored once, last value wins,
+ *                           first position kept (Python's order)
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cm_test.h"
+#include "cubemem/replay.h"
+#include "replay/pickle.h"
+
+typedef struct buf {
+  char *p;
+  size_t n, cap;
+} buf_t;
+
+static void put(buf_t *b, const void *data, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->n + n) nc *= 2;
+    char *np = realloc(b->p, nc);
+    ASSERT(np != NULL);
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->n, data, n);
+  b->n += n;
+}
+static void put_s(buf_t *b, const char *s) { put(b, s, strlen(s)); }
+static void put_u32(buf_t *b, char op, uint32_t v) {
+  unsigned char x[5] = {(unsigned char)op, (unsigned char)v, (unsigned char)(v >> 8),
+                        (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+  put(b, x, 5);
+}
+/* SHORT_BINUNICODE */
+static void put_str(buf_t *b, const char *s) {
+  unsigned char h[2] = {0x8c, (unsigned char)strlen(s)};
+  put(b, h, 2);
+  put_s(b, s);
+}
+static long peak_rss_kib(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void memo_is_sparse(void) {
+  /* None, then 64 LONG_BINPUTs at k * 2^20 (the old guard let each one grow
+   * the memo by 2^20 entries: 512 MiB for 340 bytes), then 2^32 - 1, and GETs */
+  buf_t b = {0};
+  put_s(&b, "\x80\x02N");
+  for (uint32_t k = 1; k <= 64; k++) put_u32(&b, 'r', k << 20);
+  put_u32(&b, 'r', UINT32_MAX);
+  put_s(&b, "0");           /* POP the None */
+  put_u32(&b, 'j', 64u << 20); /* LONG_BINGET */
+  put_u32(&b, 'j', UINT32_MAX);
+  put_s(&b, "\x86.");       /* TUPLE2 */
+  long before = peak_rss_kib();
+  cm_pickle_t *doc = NULL;
+  const cm_pv_t *r = NULL;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  ASSERT_OK(cm__pickle_parse(b.p, b.n, &doc, &r, &d));
+  long grew = peak_rss_kib() - before;
+  printf("memo: %zu-byte pickle, peak RSS grew %ld KiB\n", b.n, grew);
+  EXPECT_LT(grew, 8 * 1024); /* bytes, not 2^20 entries per PUT */
+  ASSERT(r->kind == CM_PV_TUPLE && r->n == 2);
+  EXPECT(r->items[0]->kind == CM_PV_NONE && r->items[1] == r->items[0]);
+  cm__pickle_free(doc);
+
+  /* an index never stored is still refused */
+  b.n = 0;
+  put_s(&b, "\x80\x02N");
+  put_u32(&b, 'r', 5u << 20);
+  put_u32(&b, 'j', (5u << 20) + 1);
+  put_s(&b, ".");
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__pickle_parse(b.p, b.n, &doc, &r, &d), CM_EPARSE);
+  EXPECT_CONTAINS(d.message, "not set");
+
+  /* MEMOIZE stores at the memo's size: after PUT 7, it stores index 1 */
+  b.n = 0;
+  put(&b, "\x80\x04K\x01q\x07K\x02\x94h\x01h\x07\x86.", 15);
+  cm_diag_clear(&d);
+  ASSERT_OK(cm__pickle_parse(b.p, b.n, &doc, &r, &d));
+  ASSERT(r->kind == CM_PV_TUPLE && r->n == 2);
+  EXPECT_EQ(r->items[0]->i, 2);
+  EXPECT_EQ(r->items[1]->i, 1);
+  cm__pickle_free(doc);
+
+  /* 20 KB of PUTs (the old reader asked for 32 GiB) */
+  b.n = 0;
+  put_s(&b, "\x80\x02N");
+  for (uint32_t k = 1; k <= 4000; k++) put_u32(&b, 'r', k << 20);
+  put_s(&b, ".");
+  before = peak_rss_kib();
+  cm_diag_clear(&d);
+  int rc = cm__pickle_parse(b.p, b.n, &doc, &r, &d);
+  grew = peak_rss_kib() - before;
+  printf("memo: %zu-byte pickle, peak RSS grew %ld KiB\n", b.n, grew);
+  EXPECT_OK(rc);
+  EXPECT_LT(grew, 8 * 1024);
+  cm__pickle_free(doc);
+  free(b.p);
+}
+
+/* {'device_traces': [[D, D, ...]]} with D memoized: 'action': 'alloc', the
+ * other fields, and `extra` more keys (distinct, or one key bound `extra`
+ * times). */
+static void build_shared_dict(buf_t *b, int extra, int entries, bool distinct) {
+  b->n = 0;
+  put_s(b, "\x80\x04}(");
+  put_str(b, "device_traces");
+  put_s(b, "](](");
+  put_s(b, "}("); /* D */
+  put_str(b, "action");
+  put_str(b, "alloc");
+  put_str(b, "addr");
+  put(b, "M\x00\x10", 3);
+  put_str(b, "size");
+  put_s(b, "K\x10");
+  char key[32];
+  for (int i = 0; i < extra; i++) {
+    snprintf(key, sizeof key, distinct ? "key-%d" : "key", i);
+    put_str(b, key);
+    put_s(b, "K\x01");
+  }
+  put_s(b, "u\x94"); /* SETITEMS, MEMOIZE as 0 */
+  for (int i = 1; i < entries; i++) put(b, "h\x00", 2);
+  put_s(b, "ee");
+  put_str(b, "segments");
+  put_s(b, "]u.");
+}
+
+static void dict_lookup_is_bounded(void) {
+  buf_t b = {0};
+  for (int distinct = 1; distinct >= 0; distinct--) {
+    build_shared_dict(&b, 20000, 20000, distinct);
+    cm_diag_t d;
+    cm_diag_clear(&d);
+    char *csv = NULL;
+    size_t n = 0;
+    cm_snapshot_info_t info;
+    double t0 = now_s();
+    int rc = cm_snapshot_to_csv(b.p, b.n, NULL, &csv, &n, &info, &d);
+    double dt = now_s() - t0;
+    printf("shared dict (%s): %zu bytes, converted in %.3f s\n",
+           distinct ? "20000 distinct keys" : "one key bound 20000 times", b.n, dt);
+    if (rc) fprintf(stderr, "%s\n", d.message);
+    EXPECT_OK(rc);
+    EXPECT_EQ(info.trace_entries, 20000);
+    EXPECT_LT(dt * 1000, 1500); /* ms; linear search took minutes */
+    free(csv);
+  }
+  free(b.p);
+}
+
+static void dict_keeps_one_binding(void) {
+  /* {'a': 1, 'b': 2, 'a': 3} via DICT, then SETITEM 'b': 4 */
+  buf_t b = {0};
+  put_s(&b, "\x80\x02(");
+  put_str(&b, "a");
+  put_s(&b, "K\x01");
+  put_str(&b, "b");
+  put_s(&b, "K\x02");
+  put_str(&b, "a");
+  put_s(&b, "K\x03");
+  put_s(&b, "d");
+  put_str(&b, "b");
+  put_s(&b, "K\x04s.");
+  cm_pickle_t *doc = NULL;
+  const cm_pv_t *r = NULL;
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  ASSERT_OK(cm__pickle_parse(b.p, b.n, &doc, &r, &d));
+  ASSERT(r->kind == CM_PV_DICT);
+  EXPECT_EQ(r->n, 4);
+  EXPECT(cm__pv_str_is(r->items[0], "a") && r->items[1]->i == 3);
+  EXPECT(cm__pv_str_is(r->items[2], "b") && r->items[3]->i == 4);
+  EXPECT_EQ(cm__pv_get(r, "a")->i, 3);
+  EXPECT_EQ(cm__pv_get(r, "b")->i, 4);
+  EXPECT(cm__pv_get(r, "c") == NULL);
+  EXPECT(cm__pv_get(r, "") == NULL);
+  cm__pickle_free(doc);
+  free(b.p);
+}
+
+int main(void) {
+  CM_RUN(memo_is_sparse);
+  CM_RUN(dict_lookup_is_bounded);
+  CM_RUN(dict_keeps_one_binding);
+  return cm_test_finish();
+}
