@@ -179,13 +179,14 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       break;
     }
     if (has_t && !have_t0) t0 = t, have_t0 = true;
-    int64_t rel = has_t ? t - t0 : 0;
-    if (rel < 0) rel = 0;
+    /* time since the first entry, 0 before it; unsigned so that any two
+     * int64 values subtract without overflow */
+    uint64_t rel = has_t && t > t0 ? (uint64_t)t - (uint64_t)t0 : 0;
     if (!num(cm__pv_get(e, "addr"), 0, &addr) || addr < 0) rc = bad_field(diag, "trace entry", "addr", i);
     else if (!num(cm__pv_get(e, "size"), 0, &size) || size < 0) rc = bad_field(diag, "trace entry", "size", i);
     else if (!num(cm__pv_get(e, "stream"), 0, &stream) || stream < 0) rc = bad_field(diag, "trace entry", "stream", i);
     if (rc) break;
-    row_t r = {(uint64_t)rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
+    row_t r = {rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
     if (cm__pv_str_is(action, "alloc")) {
       if (cm__u64map_put(&live, KEY(r.addr), SIZE_VAL(r.size)) || !rows_push(&ev, r)) rc = CM_ENOMEM;
     } else if (cm__pv_str_is(action, free_action)) {
@@ -257,7 +258,8 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
           }
         }
       }
-      addr = baddr + size;
+      /* the next block's default address; saturated: both are int64 >= 0 */
+      addr = size > INT64_MAX - baddr ? INT64_MAX : baddr + size;
     }
   }
   if (rc == CM_OK) {

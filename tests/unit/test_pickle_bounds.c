@@ -1,7 +1,7 @@
 /*
  * test_pickle_bounds.c - what a hostile pickle can cost the readers
  * (src/replay/pickle.c, src/replay/snapshot.c): memory per input byte, time
- * per input byte.
+ * per input byte, and 64-bit edge values (run under UBSan by `make asan`).
  *
  *   memo_is_sparse          PUTs stepping the memo index by 2^20 (and up to
  *                           2^32 - 1) parse within a few MiB of peak RSS and
@@ -11,6 +11,9 @@
  *                           20,000 times, convert in well under a second
  *   dict_keeps_one_binding  a rebound str key is stored once, last value wins,
  *                           first position kept (Python's order)
+ *   snapshot_edge_values    time_us, addr, size and segment block addresses
+ *                           at 0, 2^62, INT64_MAX, INT64_MIN: converted or
+ *                           refused with CM_EPARSE, never undefined behaviour
  */
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,13 @@ static void put_str(buf_t *b, const char *s) {
   put(b, h, 2);
   put_s(b, s);
 }
+/* an int64 as LONG1 with 8 bytes */
+static void put_i64(buf_t *b, int64_t v) {
+  unsigned char x[10] = {0x8a, 8};
+  for (int i = 0; i < 8; i++) x[2 + i] = (unsigned char)((uint64_t)v >> (8 * i));
+  put(b, x, 10);
+}
+
 static long peak_rss_kib(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -203,9 +213,101 @@ static void dict_keeps_one_binding(void) {
   free(b.p);
 }
 
+/* One snapshot: entries alloc(t1, addr, size) and free_completed(t2, addr),
+ * one segment at seg_addr with two blocks of block_size (first active). */
+static int edge_snapshot(int64_t t1, int64_t t2, int64_t addr, int64_t size, int64_t seg_addr,
+                         int64_t block_size, cm_diag_t *d) {
+  buf_t b = {0};
+  put_s(&b, "\x80\x04}(");
+  put_str(&b, "device_traces");
+  put_s(&b, "](](}(");
+  put_str(&b, "action");
+  put_str(&b, "alloc");
+  put_str(&b, "time_us");
+  put_i64(&b, t1);
+  put_str(&b, "addr");
+  put_i64(&b, addr);
+  put_str(&b, "size");
+  put_i64(&b, size);
+  put_s(&b, "u}(");
+  put_str(&b, "action");
+  put_str(&b, "free_completed");
+  put_str(&b, "time_us");
+  put_i64(&b, t2);
+  put_str(&b, "addr");
+  put_i64(&b, addr);
+  put_s(&b, "uee");
+  put_str(&b, "segments");
+  put_s(&b, "](}(");
+  put_str(&b, "device");
+  put(&b, "K\x00", 2);
+  put_str(&b, "address");
+  put_i64(&b, seg_addr);
+  put_str(&b, "total_size");
+  put_i64(&b, block_size);
+  put_str(&b, "blocks");
+  put_s(&b, "](}(");
+  put_str(&b, "size");
+  put_i64(&b, block_size);
+  put_str(&b, "state");
+  put_str(&b, "active_allocated");
+  put_s(&b, "u}(");
+  put_str(&b, "size");
+  put_i64(&b, block_size);
+  put_str(&b, "state");
+  put_str(&b, "inactive");
+  put_s(&b, "ueueu.");
+  cm_diag_clear(d);
+  char *csv = NULL;
+  size_t n = 0;
+  int rc = cm_snapshot_to_csv(b.p, b.n, NULL, &csv, &n, NULL, d);
+  if (rc == CM_OK) {
+    cm_trace_t *t = NULL;
+    cm_diag_t pd;
+    cm_diag_clear(&pd);
+    int prc = cm_trace_parse(csv, n, NULL, &t, &pd);
+    EXPECT(prc == CM_OK || prc == CM_EPARSE);
+    cm_trace_free(t);
+  }
+  free(csv);
+  free(b.p);
+  return rc;
+}
+
+static void snapshot_edge_values(void) {
+  static const int64_t edges[] = {0, 1, (int64_t)1 << 62, INT64_MAX - 1, INT64_MAX, -1, INT64_MIN};
+  size_t ne = sizeof edges / sizeof edges[0], ok = 0, refused = 0;
+  cm_diag_t d;
+  /* times: the first entry at edges[i], the second at edges[j] */
+  for (size_t i = 0; i < ne; i++)
+    for (size_t j = 0; j < ne; j++) {
+      int rc = edge_snapshot(edges[i], edges[j], 4096, 16, 8192, 512, &d);
+      EXPECT_OK(rc);
+      ok += rc == CM_OK;
+    }
+  /* addresses and sizes of entries and segment blocks (negative ones are refused) */
+  for (size_t i = 0; i < ne; i++)
+    for (size_t j = 0; j < ne; j++) {
+      int64_t a = edges[i], s = edges[j] < 0 ? 0 : edges[j];
+      int rc = edge_snapshot(0, 1, a, s, a < 0 ? 0 : a, s, &d);
+      if (a < 0) {
+        EXPECT_STATUS(rc, CM_EPARSE);
+        EXPECT_CONTAINS(d.message, "addr");
+      } else {
+        EXPECT_OK(rc);
+      }
+      ok += rc == CM_OK;
+      refused += rc != CM_OK;
+    }
+  printf("edge snapshots: %zu converted, %zu refused\n", ok, refused);
+  /* the widest span: INT64_MIN to INT64_MAX microseconds */
+  EXPECT_OK(edge_snapshot(INT64_MIN, INT64_MAX, 4096, 16, INT64_MAX - 100, INT64_MAX, &d));
+}
+
 int main(void) {
   CM_RUN(memo_is_sparse);
   CM_RUN(dict_lookup_is_bounded);
   CM_RUN(dict_keeps_one_binding);
+  CM_RUN(snapshot_edge_values);
   return cm_test_finish();
 }
