@@ -382,8 +382,35 @@ int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
   char *data = NULL;
   size_t len = 0;
   if (!use_stdin) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* A device or socket is refused before it is opened (reading /dev/zero
+     * never ends; opening a terminal or tape has effects); a directory gets
+     * a clear error too. A FIFO or pipe (`<(zcat trace.csv.gz)`) is read
+     * like stdin, the content telling a pickle from CSV; like cat, opening a
+     * FIFO waits for its writer. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+      const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                         : S_ISCHR(st.st_mode)  ? "a character device"
+                         : S_ISBLK(st.st_mode)  ? "a block device"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                                : "not a regular file";
+      cm__diag_set(diag, CM_EIO,
+                   "not read: %s, not a trace file (give a regular file, a pipe, or - for "
+                   "standard input)", kind);
+      if (diag) snprintf(diag->file, sizeof diag->file, "%s", path);
+      return CM_EIO;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return cm_trace_load(path, opts, out, diag); /* its message */
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+      if (S_ISFIFO(st.st_mode)) {
+        rc = slurp(fd, &data, &len, diag);
+      } else {
+        rc = cm__diag_set(diag, CM_EIO, "not read: not a regular file or a pipe");
+      }
+      close(fd);
+      goto parse;
+    }
     unsigned char head[2];
     ssize_t k = pread(fd, head, 2, 0);
     size_t pl = strlen(path);
@@ -406,6 +433,7 @@ int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
   } else {
     rc = slurp(STDIN_FILENO, &data, &len, diag);
   }
+parse:
   if (rc == CM_OK) {
     if (cm_snapshot_detect(data, len)) {
       if (is_snapshot) *is_snapshot = true;
