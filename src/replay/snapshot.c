@@ -210,11 +210,20 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       if (!rows_push(&ev, r)) rc = CM_ENOMEM;
     }
   }
-  /* active blocks at dump that the trace does not account for */
+  /* active blocks at dump that the trace does not account for. The memo
+   * lets one segment dict or blocks list appear many times for two bytes
+   * each: each is walked once (seen), and a block address is taken once
+   * (pre_seen), so the work and the rows stay proportional to the input. */
+  cm__u64map seen = {0};
   for (size_t i = 0; rc == CM_OK && segs && i < segs->n; i++) {
     const cm_pv_t *seg = segs->items[i];
     int64_t d = 0, addr = 0, total = 0;
     if (seg->kind != CM_PV_DICT) continue;
+    if (cm__u64map_get(&seen, (uint64_t)(uintptr_t)seg)) continue;
+    if (cm__u64map_put(&seen, (uint64_t)(uintptr_t)seg, (void *)seg)) {
+      rc = CM_ENOMEM;
+      break;
+    }
     if (!num(cm__pv_get(seg, "device"), 0, &d)) {
       rc = bad_field(diag, "segment", "device", i);
       break;
@@ -236,6 +245,11 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       rc = cm__diag_set(diag, CM_EPARSE, "not a memory snapshot: segment %zu 'blocks' is not a list", i);
       break;
     }
+    if (cm__u64map_get(&seen, (uint64_t)(uintptr_t)blocks)) continue; /* shared with a segment seen */
+    if (cm__u64map_put(&seen, (uint64_t)(uintptr_t)blocks, (void *)blocks)) {
+      rc = CM_ENOMEM;
+      break;
+    }
     for (size_t j = 0; j < blocks->n; j++) {
       const cm_pv_t *b = blocks->items[j];
       if (b->kind != CM_PV_DICT) continue;
@@ -252,7 +266,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
         }
         if (!cm__u64map_get(&live, KEY((uint64_t)baddr)) && !cm__u64map_get(&pre_seen, KEY((uint64_t)baddr))) {
           row_t p = {0, (uint64_t)baddr, (uint64_t)req, 0, 0, ROW_ALLOC};
-          if (!rows_push(&pre, p)) {
+          if (cm__u64map_put(&pre_seen, KEY((uint64_t)baddr), SIZE_VAL(0)) || !rows_push(&pre, p)) {
             rc = CM_ENOMEM;
             break;
           }
@@ -262,6 +276,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       addr = size > INT64_MAX - baddr ? INT64_MAX : baddr + size;
     }
   }
+  cm__u64map_free(&seen);
   if (rc == CM_OK) {
     info->preexisting = pre.n;
     if (!history)

@@ -11,6 +11,9 @@
  *                           20,000 times, convert in well under a second
  *   dict_keeps_one_binding  a rebound str key is stored once, last value wins,
  *                           first position kept (Python's order)
+ *   shared_segments_walked_once  one segment dict of 2,000 blocks referenced
+ *                           2,000 times (and its blocks list by another
+ *                           segment): 2,000 rows, not 4 million
  *   snapshot_edge_values    time_us, addr, size and segment block addresses
  *                           at 0, 2^62, INT64_MAX, INT64_MIN: converted or
  *                           refused with CM_EPARSE, never undefined behaviour
@@ -183,6 +186,71 @@ static void dict_lookup_is_bounded(void) {
   free(b.p);
 }
 
+/* {'device_traces': [[one alloc]], 'segments': [S, S, ..., S2]}: S is one
+ * segment dict (memoized) whose 'blocks' list holds `blocks` active blocks,
+ * referenced `refs` times; S2 is another segment sharing that list. */
+static void build_shared_segments(buf_t *b, int blocks, int refs) {
+  b->n = 0;
+  put_s(b, "\x80\x04}(");
+  put_str(b, "device_traces");
+  put_s(b, "](](}(");
+  put_str(b, "action");
+  put_str(b, "alloc");
+  put_str(b, "addr");
+  put(b, "K\x01", 2);
+  put_s(b, "uee");
+  put_str(b, "segments");
+  put_s(b, "](}("); /* S */
+  put_str(b, "device");
+  put(b, "K\x00", 2);
+  put_str(b, "address");
+  put_u32(b, 'J', 1u << 20);
+  put_str(b, "blocks");
+  put_s(b, "](");
+  for (int i = 0; i < blocks; i++) {
+    put_s(b, "}(");
+    put_str(b, "address");
+    put_u32(b, 'J', (1u << 20) + (uint32_t)i * 512u);
+    put_str(b, "size");
+    put(b, "M\x00\x02", 3);
+    put_str(b, "state");
+    put_str(b, "active_allocated");
+    put_s(b, "u");
+  }
+  put_s(b, "e\x94u\x94"); /* MEMOIZE the list as 0 and S as 1 */
+  for (int i = 1; i < refs; i++) put(b, "h\x01", 2);
+  put_s(b, "}("); /* S2: same list */
+  put_str(b, "device");
+  put(b, "K\x00", 2);
+  put_str(b, "blocks");
+  put(b, "h\x00", 2);
+  put_s(b, "ueu.");
+}
+
+static void shared_segments_walked_once(void) {
+  buf_t b = {0};
+  build_shared_segments(&b, 2000, 2000);
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  char *csv = NULL;
+  size_t n = 0;
+  cm_snapshot_info_t info;
+  long before = peak_rss_kib();
+  double t0 = now_s();
+  int rc = cm_snapshot_to_csv(b.p, b.n, NULL, &csv, &n, &info, &d);
+  double dt = now_s() - t0;
+  long grew = peak_rss_kib() - before;
+  printf("shared segments: %zu bytes, %zu preexisting blocks, %zu CSV bytes, %.3f s, "
+         "peak RSS +%ld KiB\n", b.n, (size_t)info.preexisting, n, dt, grew);
+  if (rc) fprintf(stderr, "%s\n", d.message);
+  EXPECT_OK(rc);
+  EXPECT_EQ(info.preexisting, 2000); /* not 2000 x 2001 */
+  EXPECT_LT(n, 200 * 1024);
+  EXPECT_LT(dt * 1000, 1500);
+  free(csv);
+  free(b.p);
+}
+
 static void dict_keeps_one_binding(void) {
   /* {'a': 1, 'b': 2, 'a': 3} via DICT, then SETITEM 'b': 4 */
   buf_t b = {0};
@@ -308,6 +376,7 @@ int main(void) {
   CM_RUN(memo_is_sparse);
   CM_RUN(dict_lookup_is_bounded);
   CM_RUN(dict_keeps_one_binding);
+  CM_RUN(shared_segments_walked_once);
   CM_RUN(snapshot_edge_values);
   return cm_test_finish();
 }
