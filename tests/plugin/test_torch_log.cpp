@@ -1,5 +1,5 @@
 /*
- * test_torch_log.c - the CUBEMEM_LOG recorder of libcubemem_torch.so under
+ * test_torch_log.cpp - the CUBEMEM_LOG recorder of libcubemem_torch.so under
  * concurrency and with bad sinks, on the fake driver. The log state is
  * process-wide and set at the first allocation, so each case is its own
  * process: `test_torch_log CASE`.
@@ -15,6 +15,10 @@
  *               log and the reason once a write fails; allocations go on.
  *   zero        malloc(0) returns NULL and clears an earlier error, so
  *               last_error does not describe another call.
+ * Written in the C subset of C++ and built with the C++ compiler, as
+ * test_torch_oom is: under TSan the plugin (partly C++) needs the C++
+ * compiler's sanitizer runtime, which dlopen cannot add to a program built
+ * by another compiler.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -67,11 +71,11 @@ static char *read_all(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   size_t cap = 1 << 16, n = 0;
-  char *b = malloc(cap);
+  char *b = (char *)malloc(cap);
   for (size_t r; b && (r = fread(b + n, 1, cap - n - 1, f)) > 0;) {
     n += r;
     if (cap - n < 2) {
-      char *nb = realloc(b, cap * 2);
+      char *nb = (char *)realloc(b, cap * 2);
       if (!nb) break;
       b = nb;
       cap *= 2;
@@ -90,9 +94,10 @@ typedef struct check {
 } check_t;
 
 static check_t check_log(char *text) {
-  check_t c = {0};
+  check_t c;
+  memset(&c, 0, sizeof c);
   size_t cap = 1 << 16;
-  uint64_t *set = calloc(cap, sizeof *set); /* 0 = empty; tombstone = UINT64_MAX */
+  uint64_t *set = (uint64_t *)calloc(cap, sizeof *set); /* 0 = empty; tombstone = UINT64_MAX */
   char *save = NULL;
   char *line = strtok_r(text, "\n", &save);
   if (!line || strcmp(line, "Thread,Time,Action,Pointer,Size,Stream") != 0) c.bad++;
@@ -209,21 +214,30 @@ static int case_slow(const char *dir) {
     run_threads();
     exit(g_failures ? 1 : 0); /* exit, not _exit: atexit closes the log */
   }
-  usleep(300 * 1000); /* the reader comes late: the open blocks until then */
-  int fd = open(fifo, O_RDONLY);
+  usleep(300 * 1000); /* the reader comes late: the child's open blocks until then */
+  /* non-blocking, so that a child that dies without opening cannot hang
+   * the test: read until the child has exited and nothing is left */
+  int fd = open(fifo, O_RDONLY | O_NONBLOCK);
   CHECK(fd >= 0);
   size_t cap = 1 << 16, n = 0;
-  char *text = malloc(cap);
-  for (ssize_t r; fd >= 0 && (r = read(fd, text + n, cap - n - 1)) != 0;) {
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) break;
-    n += (size_t)r;
-    if (n + 1 == cap) break;
+  char *text = (char *)malloc(cap);
+  int status = 0;
+  bool exited = false;
+  for (int idle = 0; fd >= 0 && n + 1 < cap && idle < 3000;) {
+    ssize_t r = read(fd, text + n, cap - n - 1);
+    if (r > 0) {
+      n += (size_t)r;
+      idle = 0;
+      continue;
+    }
+    if (r < 0 && errno != EAGAIN && errno != EINTR) break;
+    if (exited) break; /* drained after the exit */
+    exited = waitpid(child, &status, WNOHANG) == child;
+    if (!exited) usleep(10 * 1000), idle++;
   }
   text[n] = '\0';
   if (fd >= 0) close(fd);
-  int status = 0;
-  waitpid(child, &status, 0);
+  if (!exited) waitpid(child, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   unlink(fifo);
   check_t c = check_log(text);
