@@ -20,6 +20,10 @@
 #   seconds  CM_FUZZ_SECONDS (default 60; 0: skipped) of ordinary fuzzing.
 # Each phase prints its executions and executions per second.
 #
+# The pickle target has fuzz/snapshot.dict: memo opcodes with far-apart
+# indexes, 64-bit edge values and the snapshot's keys; its seeds include
+# such inputs (memo-stride, shared-dict, dict-rebound, edge-*).
+#
 # A crash, leak, timeout or sanitizer report makes libFuzzer write an
 # artifact (crash-*, leak-*, timeout-*, oom-*). Every such artifact is
 # copied into fuzz/corpus/<target>/ as a regression case, so that the
@@ -81,6 +85,11 @@ for t in "${TARGETS[@]}"; do
   # leak. Leaks are still reported, by LeakSanitizer at exit (the target
   # destroys its managers there) and by the replay ctest.
   [[ $t == ops ]] && extra=(-detect_leaks=0)
+  # The pickle reader must cost memory and time in proportion to the input:
+  # one allocation over 64 MiB or an input over 10 s from at most 4 KiB is a bug
+  # (memo or dict amplification), reported as oom-* / timeout-*.
+  tmo=30
+  [[ $t == snapshot ]] && extra=(-malloc_limit_mb=64) && tmo=10
   tvar=CM_FUZZ_RUNS_$(tr '[:lower:]' '[:upper:]' <<<"$t")
   runs=${!tvar:-$RUNS_ALL}
   rc=0
@@ -103,7 +112,7 @@ for t in "${TARGETS[@]}"; do
     t0=$(date +%s.%N)
     set +e
     "$bin" "$dir" "$seeds" "${dict[@]}" "${extra[@]}" "${limit[@]}" -max_len="$max_len" \
-      -timeout=30 -report_slow_units=30 -rss_limit_mb=2048 -print_final_stats=1 \
+      -timeout="$tmo" -report_slow_units=30 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$art/" >"$log" 2>&1
     prc=$?
     set -e

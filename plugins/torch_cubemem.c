@@ -24,7 +24,11 @@
  *   CUBEMEM_POOLS           a layout for cm_pools_parse
  *   CUBEMEM_LOG             PATH: write every allocation, free and failure in
  *                           RAPIDS RMM's CSV layout (what `cubemem replay`
- *                           reads); read at the first allocation
+ *                           reads); read at the first allocation. The log is
+ *                           a consistent trace (allocations and frees are
+ *                           serialised with their rows while it is open); a
+ *                           failed write stops it and is reported through
+ *                           cubemem_torch_last_error()
  *   CM_CUDA_LIBRARY         path of the driver library (default libcuda.so.1)
  * The plugin never prints; errors are thrown (C++ entry points), returned
  * (cubemem_torch_try_malloc) and kept for cubemem_torch_last_error().
@@ -33,9 +37,11 @@
  * plugins/torch_cubemem.h.
  */
 #include <inttypes.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,59 +75,119 @@ static void set_error(const char *fmt, ...) {
   va_end(ap);
 }
 
-/* ---- CUBEMEM_LOG: the RMM CSV log ------------------------------------------- */
+/* ---- CUBEMEM_LOG: the RMM CSV log -------------------------------------------
+ *
+ * The log must be a consistent trace: an address is never logged as
+ * allocated again before its free is logged. So while the log is open (or
+ * not opened yet), every allocation and free runs together with its log
+ * record under g_log_lock; otherwise a free logged after cm_ptr_free returns
+ * could follow another thread's allocation of the same address. Logging is
+ * a recording mode: the serialisation costs nothing without CUBEMEM_LOG,
+ * where the state is "no log" and no lock is taken.
+ *
+ * The state is "not tried" until the open has finished (threads meanwhile
+ * wait on the lock, so no event is lost however slow the open is), then
+ * "open" or "no log". A write that fails (full disk, closed pipe) stops the
+ * log: the file keeps a consistent prefix of the trace and
+ * cubemem_torch_last_error() says where it ends and why. Lock order:
+ * g_log_lock before g_lock. */
 
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_log;
+static char g_log_path[512];
+static uint64_t g_log_events; /* rows handed to stdio, under g_log_lock */
 static atomic_int g_log_state; /* 0: not tried yet, 1: open, 2: no log */
 static struct timespec g_log_t0;
 static atomic_int g_next_thread = 1;
 static __thread int t_thread_id;
 
+/* Stop logging after a failed write, flush or close (errno e). Caller holds
+ * g_log_lock; the file is already closed when `closed`. */
+static void log_failed(const char *what, int e, bool closed) {
+  if (!closed && g_log) (void)fclose(g_log);
+  g_log = NULL;
+  atomic_store(&g_log_state, 2);
+  pthread_mutex_lock(&g_lock);
+  set_error("CUBEMEM_LOG=%s: %s failed at event %" PRIu64 " (%s); logging stopped, the log is "
+            "incomplete",
+            g_log_path, what, g_log_events + 1, e ? strerror(e) : "write error");
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* Flush the log; caller holds g_log_lock. */
+static void log_flush_locked(void) {
+  if (!g_log) return;
+  errno = 0;
+  if (fflush(g_log) != 0 || ferror(g_log)) log_failed("writing", errno, false);
+}
+
 static void log_close(void) {
   pthread_mutex_lock(&g_log_lock);
-  if (g_log) fclose(g_log);
+  if (g_log) {
+    errno = 0;
+    bool bad = ferror(g_log) != 0;
+    FILE *f = g_log;
+    if (fclose(f) != 0 || bad) log_failed("closing", errno, true);
+  }
   g_log = NULL;
   pthread_mutex_unlock(&g_log_lock);
 }
 
 /* Open the log on first use. Caller holds g_log_lock. */
 static FILE *log_file(void) {
-  if (atomic_load(&g_log_state)) return g_log;
-  atomic_store(&g_log_state, 2);
+  int state = atomic_load(&g_log_state);
+  if (state) return state == 1 ? g_log : NULL;
   const char *path = getenv("CUBEMEM_LOG");
-  if (!path || !*path) return NULL;
+  if (!path || !*path) {
+    atomic_store(&g_log_state, 2);
+    return NULL;
+  }
+  snprintf(g_log_path, sizeof g_log_path, "%s", path);
   g_log = fopen(path, "w");
   if (!g_log) {
+    int e = errno;
+    atomic_store(&g_log_state, 2);
     pthread_mutex_lock(&g_lock);
-    set_error("CUBEMEM_LOG=%s cannot be opened for writing; nothing is logged", path);
+    set_error("CUBEMEM_LOG=%s cannot be opened for writing (%s); nothing is logged", path,
+              strerror(e));
     pthread_mutex_unlock(&g_lock);
     return NULL;
   }
-  fputs("Thread,Time,Action,Pointer,Size,Stream\n", g_log);
   clock_gettime(CLOCK_MONOTONIC, &g_log_t0);
   atexit(log_close);
   atomic_store(&g_log_state, 1);
+  errno = 0;
+  if (fputs("Thread,Time,Action,Pointer,Size,Stream\n", g_log) < 0) {
+    log_failed("writing", errno, false);
+    return NULL;
+  }
   return g_log;
 }
 
-static void log_event(const char *action, const void *ptr, uint64_t size, const void *stream) {
-  if (atomic_load(&g_log_state) == 2) return; /* the common case without a log: no lock */
-  pthread_mutex_lock(&g_log_lock);
+/* True when allocations and frees must be logged (and so serialised). No
+ * lock: "no log" is final. */
+static bool log_wanted(void) { return atomic_load(&g_log_state) != 2; }
+
+/* Write one row. Caller holds g_log_lock. */
+static void log_event_locked(const char *action, const void *ptr, uint64_t size, const void *stream) {
   FILE *f = log_file();
-  if (f) {
-    if (!t_thread_id) t_thread_id = atomic_fetch_add(&g_next_thread, 1);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t us = (int64_t)(now.tv_sec - g_log_t0.tv_sec) * 1000000 +
-                 (now.tv_nsec - g_log_t0.tv_nsec) / 1000;
-    if (us < 0) us = 0;
-    fprintf(f, "%d,%02" PRId64 ":%02" PRId64 ":%02" PRId64 ".%06" PRId64 ",%s,%#" PRIxPTR ",%" PRIu64
-               ",%#" PRIxPTR "\n",
-            t_thread_id, us / 3600000000, us / 60000000 % 60, us / 1000000 % 60, us % 1000000, action,
-            (uintptr_t)ptr, size, (uintptr_t)stream);
+  if (!f) return;
+  if (!t_thread_id) t_thread_id = atomic_fetch_add(&g_next_thread, 1);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t us = (int64_t)(now.tv_sec - g_log_t0.tv_sec) * 1000000 +
+               (now.tv_nsec - g_log_t0.tv_nsec) / 1000;
+  if (us < 0) us = 0;
+  errno = 0;
+  int n = fprintf(f, "%d,%02" PRId64 ":%02" PRId64 ":%02" PRId64 ".%06" PRId64 ",%s,%#" PRIxPTR
+                     ",%" PRIu64 ",%#" PRIxPTR "\n",
+                  t_thread_id, us / 3600000000, us / 60000000 % 60, us / 1000000 % 60,
+                  us % 1000000, action, (uintptr_t)ptr, size, (uintptr_t)stream);
+  if (n < 0 || ferror(f)) {
+    log_failed("writing", errno, false);
+    return;
   }
-  pthread_mutex_unlock(&g_log_lock);
+  g_log_events++;
 }
 
 /* ---- devices -------------------------------------------------------------------- */
@@ -205,10 +271,31 @@ static void fmt_mib(uint64_t b, char *out, size_t cap) {
   else snprintf(out, cap, "%" PRIu64 " bytes", b);
 }
 
+static int alloc_impl(ssize_t size, int device, void *stream, void **out, char *msg, size_t cap,
+                      bool logging);
+
 int cmt__alloc(ssize_t size, int device, void *stream, void **out, char *msg, size_t cap) {
   *out = NULL;
   if (msg && cap) msg[0] = '\0';
-  if (size <= 0) return CMT_OK;
+  if (size <= 0) {
+    /* no allocation, no error: an earlier call's message must not read as
+     * this one's */
+    pthread_mutex_lock(&g_lock);
+    g_last_error[0] = '\0';
+    pthread_mutex_unlock(&g_lock);
+    return CMT_OK;
+  }
+  if (!log_wanted()) return alloc_impl(size, device, stream, out, msg, cap, false);
+  pthread_mutex_lock(&g_log_lock);
+  int rc = alloc_impl(size, device, stream, out, msg, cap, true);
+  pthread_mutex_unlock(&g_log_lock);
+  return rc;
+}
+
+/* The allocation; with `logging`, the caller holds g_log_lock and the
+ * result is logged before it is released. */
+static int alloc_impl(ssize_t size, int device, void *stream, void **out, char *msg, size_t cap,
+                      bool logging) {
   cm_diag_t d = {0};
   pthread_mutex_lock(&g_lock);
   cm_ptr_allocator_t *a = allocator_locked(device, &d);
@@ -216,16 +303,16 @@ int cmt__alloc(ssize_t size, int device, void *stream, void **out, char *msg, si
     set_error("cannot allocate %zd bytes on cuda:%d: %s", size, device, d.message);
     snprintf(msg, cap, "%s", g_last_error);
     pthread_mutex_unlock(&g_lock);
-    log_event("allocate failure", NULL, (uint64_t)size, stream);
+    if (logging) log_event_locked("allocate failure", NULL, (uint64_t)size, stream);
     return CMT_ERROR;
   }
   pthread_mutex_unlock(&g_lock);
   int rc = cm_ptr_alloc(a, (uint64_t)size, stream, out, &d);
   if (rc == CM_OK) {
-    log_event("allocate", *out, (uint64_t)size, stream);
+    if (logging) log_event_locked("allocate", *out, (uint64_t)size, stream);
     return CMT_OK;
   }
-  log_event("allocate failure", NULL, (uint64_t)size, stream);
+  if (logging) log_event_locked("allocate failure", NULL, (uint64_t)size, stream);
   bool oom = rc == CM_EOOM || rc == CM_ECAPACITY;
   char req[32], tot[32], fr[32], held[32], used[32], cached[32];
   fmt_mib((uint64_t)size, req, sizeof req);
@@ -261,14 +348,19 @@ int cmt__alloc(ssize_t size, int device, void *stream, void **out, char *msg, si
 void cmt__free(void *ptr, int device, void *stream) {
   if (!ptr) return;
   cm_ptr_allocator_t *a = existing(device);
-  if (!a || cm_ptr_free(a, ptr, stream) != CM_OK) {
+  /* logged before the memory can be reused: the free and its row together
+   * under g_log_lock, which every logged allocation holds too */
+  bool logging = log_wanted();
+  if (logging) pthread_mutex_lock(&g_log_lock);
+  bool ok = a && cm_ptr_free(a, ptr, stream) == CM_OK;
+  if (ok && logging) log_event_locked("free", ptr, 0, stream);
+  if (logging) pthread_mutex_unlock(&g_log_lock);
+  if (!ok) {
     pthread_mutex_lock(&g_lock);
     set_error("free of a pointer cubemem did not allocate (or freed twice): %p on cuda:%d", ptr,
               device);
     pthread_mutex_unlock(&g_lock);
-    return;
   }
-  log_event("free", ptr, 0, stream);
 }
 
 #ifndef CMT_HAVE_CXX
@@ -362,7 +454,7 @@ unsigned long long cubemem_torch_in_use(int device) {
 void cubemem_torch_empty_cache(void) {
   for (int i = 0; i < CMT_MAX_DEVICES; i++) cm_ptr_empty_cache(existing(i));
   pthread_mutex_lock(&g_log_lock);
-  if (g_log) fflush(g_log);
+  log_flush_locked();
   pthread_mutex_unlock(&g_log_lock);
 }
 

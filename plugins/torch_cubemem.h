@@ -26,7 +26,14 @@
  *   before destroying a stream when the driver has no cuStreamGetId),
  *   cubemem_torch_enable_peer_access (cuda:peer may use cuda:device's memory;
  *   returns a cubemem status, 0 = CM_OK), cubemem_torch_last_error (the
- *   latest error text; a static buffer, valid until the next error).
+ *   latest error text, "" after a malloc of size <= 0; a static buffer,
+ *   valid until the next error).
+ * CUBEMEM_LOG: while the log is open (or not opened yet), each allocation
+ *   and free is serialised with its row, so the log is a consistent trace
+ *   whatever threads call; a slow open (a FIFO) makes callers wait, losing
+ *   nothing. A failed open, write, flush or close is reported in
+ *   cubemem_torch_last_error ("CUBEMEM_LOG=PATH: writing failed at event N
+ *   (reason); logging stopped ...") and stops the log; allocation goes on.
  */
 #ifndef CUBEMEM_TORCH_H
 #define CUBEMEM_TORCH_H

@@ -115,7 +115,10 @@ CM_API CM_NODISCARD int cm_config_load_buffer(cm_config_t *cfg, const char *data
                                               const char *name, const char *section,
                                               cm_diag_t *diag);
 /* Same for the file at path. Also CM_ENOTFOUND when the file does not exist
- * (ENOENT/ENOTDIR) and CM_EIO when it exists but cannot be read. */
+ * (ENOENT/ENOTDIR) and CM_EIO when it exists but cannot be read or is not a
+ * regular file (a FIFO, socket, device or directory is refused by its type,
+ * never opened for a blocking read: "PATH: not read: a FIFO, not a regular
+ * file"). */
 CM_API CM_NODISCARD int cm_config_load_file(cm_config_t *cfg, const char *path,
                                             const char *section, cm_diag_t *diag);
 
@@ -160,7 +163,9 @@ typedef struct cm_config_discover_options {
  * file that loads wins (cfg->path and cfg->section say which). If none is
  * found, *cfg becomes the defaults (cfg->path NULL) and CM_OK is returned.
  * Strict (opts NULL or !lenient): the first found-but-invalid file stops the
- * search with its error (CM_EPARSE / CM_ECONFIG / CM_EIO; *cfg unchanged).
+ * search with its error (CM_EPARSE / CM_ECONFIG / CM_EIO; *cfg unchanged);
+ * a candidate name that is not a regular file (FIFO, socket, device,
+ * directory) counts as such a file, with CM_EIO naming it and its kind.
  * Lenient: such a file is reported to on_skip and the search continues.
  * When the current directory cannot be determined the defaults are used;
  * an explicit start_dir that does not exist is CM_EIO.

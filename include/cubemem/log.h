@@ -59,7 +59,10 @@ CM_API cm_log_level_t cm_logger_level(const cm_logger_t *logger);
 CM_API bool cm_logger_enabled(const cm_logger_t *logger, cm_log_level_t level);
 /* Deliver a message at `level` (dropped when not enabled) to every sink. A
  * message containing newlines is delivered as one message. Write errors are
- * counted, not reported. */
+ * counted (cm_logger_counts); the first one is also reported to the callback
+ * sink, when there is one, as a warning (level -1) naming the sink and the
+ * reason ("cannot write the log to file 'PATH': No space left on device;
+ * ..."). */
 CM_API void cm_logger_write(cm_logger_t *logger, cm_log_level_t level, const char *message);
 /* printf-style convenience over cm_logger_write. */
 CM_API void cm_logger_printf(cm_logger_t *logger, cm_log_level_t level, const char *fmt, ...)

@@ -173,6 +173,10 @@ CM_API CM_NODISCARD int cm_trace_parse_snapshot(const void *buf, size_t len,
  * else RMM CSV (a file named *.pickle or *.pkl that is not a protocol 2-5
  * pickle is CM_EPARSE, not read as CSV). snap_opts may be NULL (defaults, with parse options `opts`);
  * info and is_snapshot may be NULL. diag->file receives the path on errors.
+ * A FIFO or pipe is read whole like standard input, the content deciding
+ * between pickle and CSV (opening a FIFO waits for its writer, as cat
+ * does); a directory, device or socket is CM_EIO ("not read: a character
+ * device, not a trace file ...") without being opened.
  * Errors: as cm_trace_load and cm_trace_parse_snapshot. Thread-safe. */
 CM_API CM_NODISCARD int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
                                           const cm_snapshot_options_t *snap_opts,

@@ -58,17 +58,40 @@ def snapshot_to_csv(snapshot, out=None, device=None, free_on="completed"):
     """Convert a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot)
     into an RMM CSV trace; returns the CSV's path (a temporary file unless
     `out` is given). The pickle is read with an unpickler that refuses every
-    global."""
+    global. Raises CubememError (naming the file and the reason) for a file
+    that cannot be read or is not a snapshot, and then leaves no temporary
+    file behind."""
     tool = _paths.snapshot_tool()
-    snap = tool.load_snapshot(snapshot)
-    rows = tool.convert(snap, device, free_on)
-    if out is None:
+    try:
+        snap = tool.load_snapshot(snapshot)
+        rows = tool.convert(snap, device, free_on)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # UnpicklingError, EOFError, ValueError, OSError, ...
+        raise CubememError(f"{os.fspath(snapshot)}: not a readable memory snapshot: "
+                           f"{type(e).__name__}: {e}") from e
+    temp = out is None
+    if temp:
         fd, out = tempfile.mkstemp(prefix="cubemem-snapshot-", suffix=".csv")
         os.close(fd)
-    with open(out, "w") as f:
-        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
-        f.writelines(r + "\n" for r in rows)
+    try:
+        with open(out, "w") as f:
+            f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+            f.writelines(r + "\n" for r in rows)
+    except BaseException as e:
+        if temp:
+            _unlink_quietly(out)
+        if isinstance(e, OSError):
+            raise CubememError(f"cannot write the converted trace {out}: {e}") from e
+        raise
     return out
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _traces(traces):
@@ -76,14 +99,19 @@ def _traces(traces):
     if isinstance(traces, (str, os.PathLike)):
         traces = [traces]
     paths, temps = [], []
-    for t in traces:
-        t = os.fspath(t)
-        if _is_snapshot(t):
-            csv = snapshot_to_csv(t)
-            temps.append(csv)
-            paths.append(csv)
-        else:
-            paths.append(t)
+    try:
+        for t in traces:
+            t = os.fspath(t)
+            if _is_snapshot(t):
+                csv = snapshot_to_csv(t)
+                temps.append(csv)
+                paths.append(csv)
+            else:
+                paths.append(t)
+    except BaseException:
+        for t in temps:  # the snapshots converted before the failure
+            _unlink_quietly(t)
+        raise
     return paths, temps
 
 
@@ -112,10 +140,13 @@ def _options(pools, device, device_memory, alignment, persistent_memory, skip_ba
 def _run(cmd, traces, args, json_lines=True, ok_codes=(0,)):
     paths, temps = _traces(traces)
     try:
-        proc = subprocess.run([cli_path(), cmd, *args, *paths], capture_output=True, text=True)
+        proc = subprocess.run([cli_path(), cmd, *args, *paths], capture_output=True, text=True,
+                              errors="replace")
+    except OSError as e:
+        raise CubememError(f"cannot run {cli_path()}: {e}") from e
     finally:
         for t in temps:
-            os.unlink(t)
+            _unlink_quietly(t)
     if proc.returncode not in ok_codes:
         msg = (proc.stderr or proc.stdout).strip()
         raise CubememError(f"cubemem {cmd} failed (exit {proc.returncode}): {msg}")

@@ -111,11 +111,14 @@ def enable_peer_access(device, peer):
 
 def try_malloc(size, device=0, stream=0):
     """Allocate through the plugin (NULL-returning entry point): an int
-    device pointer. Raises CubememError with the plugin's message. For tests
+    device pointer; 0 for size <= 0. Raises CubememError with the plugin's
+    message. For tests
     and non-PyTorch users; PyTorch calls the C++ entry points itself."""
     p = lib().cubemem_torch_try_malloc(int(size), int(device), stream or None)
     if not p:
-        raise CubememError(last_error())
+        if int(size) <= 0:
+            return 0  # nothing to allocate: no pointer, no error (as the C entry point)
+        raise CubememError(last_error() or "cubemem could not allocate (no reason given)")
     return p
 
 

@@ -386,13 +386,35 @@ void cli_fmt_iec(uint64_t b, char *buf, size_t cap) {
   else snprintf(buf, cap, "%.2f %s", v, u[e]);
 }
 
+/* Length of the well-formed UTF-8 character at s (a lead byte >= 0x80),
+ * or 0 when it is not one (stray continuation, overlong, surrogate, beyond
+ * U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *s) {
+  unsigned c = s[0], min;
+  size_t n;
+  if (c >= 0xc2 && c <= 0xdf) n = 2, min = 0x80, c &= 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, min = 0x800, c &= 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, min = 0x10000, c &= 0x07;
+  else return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    c = (c << 6) | (s[i] & 0x3f);
+  }
+  return c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff) ? 0 : n;
+}
+
 void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
     else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+    else if (c < 0x80) fputc(c, f);
+    else {
+      size_t n = utf8_len((const unsigned char *)s); /* JSON is UTF-8: others become U+FFFD */
+      if (n) fwrite(s, 1, n, f), s += n - 1;
+      else fputs("\\ufffd", f);
+    }
   }
   fputc('"', f);
 }

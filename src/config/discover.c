@@ -1,8 +1,10 @@
 /*
  * discover.c - finding and reading the configuration file (spec §11.1).
  *
- * Algorithm. cm_config_load_file reads the whole file (open + fstat + read
- * loop; ENOENT/ENOTDIR mean "not there" = CM_ENOTFOUND) and hands the bytes
+ * Algorithm. cm_config_load_file reads the whole file (type check, then a
+ * non-blocking open + fstat + read loop; ENOENT/ENOTDIR mean "not there" =
+ * CM_ENOTFOUND; anything but a regular file - FIFO, socket, device,
+ * directory - is CM_EIO naming the path and its kind) and hands the bytes
  * to cm_config_load_buffer. cm_config_discover starts at an absolute,
  * canonical directory and walks up to "/": at each level it tries
  * cubecl.toml, CubeCL.toml (whole document), then burn.toml, Burn.toml
@@ -41,11 +43,35 @@ static int io_fail(cm_diag_t *diag, int code, const char *path, const char *what
   return code;
 }
 
-/* Read all of path. CM_ENOTFOUND when absent, CM_EIO when unreadable.
- * On success *data (malloc'd, NUL-terminated) and *len; st gets fstat. */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
+}
+
+/* Read all of path. CM_ENOTFOUND when absent, CM_EIO when unreadable or not
+ * a regular file (a FIFO, socket, device or directory: refused by type
+ * before any read, so a FIFO nobody writes cannot block discovery; the open
+ * is non-blocking and the type is taken from the opened file, so a file
+ * swapped in between cannot either). On success *data (malloc'd,
+ * NUL-terminated) and *len; st gets fstat. */
 static int read_file(const char *path, char **data, size_t *len, struct stat *st,
                      cm_diag_t *diag) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat pre;
+  if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode)) {
+    if (diag) {
+      memset(diag, 0, sizeof *diag);
+      diag->code = CM_EIO;
+      snprintf(diag->file, sizeof diag->file, "%s", path);
+      snprintf(diag->message, sizeof diag->message, "%s: not read: %s, not a regular file", path,
+               file_kind(pre.st_mode));
+    }
+    return CM_EIO;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR) {
@@ -64,10 +90,19 @@ static int read_file(const char *path, char **data, size_t *len, struct stat *st
     close(fd);
     return io_fail(diag, CM_EIO, path, "cannot stat", e);
   }
-  if (S_ISDIR(st->st_mode)) {
+  if (!S_ISREG(st->st_mode)) {
     close(fd);
-    return io_fail(diag, CM_EIO, path, "cannot read", EISDIR);
+    if (diag) {
+      memset(diag, 0, sizeof *diag);
+      diag->code = CM_EIO;
+      snprintf(diag->file, sizeof diag->file, "%s", path);
+      snprintf(diag->message, sizeof diag->message, "%s: not read: %s, not a regular file", path,
+               file_kind(st->st_mode));
+    }
+    return CM_EIO;
   }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK); /* a regular file: ordinary reads */
   size_t cap = st->st_size > 0 && (uint64_t)st->st_size < CM_CONFIG_MAX_FILE
                    ? (size_t)st->st_size + 1
                    : 4096;

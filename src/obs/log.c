@@ -49,6 +49,7 @@ struct cm_logger {
   void *callback_arg;
   _Atomic uint64_t delivered;
   _Atomic uint64_t failed;
+  bool failure_reported; /* the first sink write failure went to the callback; under lock */
 };
 
 void cm_logger_config_init(cm_logger_config_t *cfg) {
@@ -161,24 +162,40 @@ bool cm_logger_enabled(const cm_logger_t *logger, cm_log_level_t level) {
   return logger && (unsigned)level - 1u < (unsigned)logger->level;
 }
 
-/* Write all of buf to fd, retrying short writes and EINTR. */
-static bool write_all(int fd, const char *buf, size_t len) {
+/* Write all of buf to fd, retrying short writes and EINTR. Returns 0 or
+ * the errno of the failure. */
+static int write_all(int fd, const char *buf, size_t len) {
   while (len > 0) {
     ssize_t w = write(fd, buf, len);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return false;
+      return errno ? errno : EIO;
     }
     buf += w;
     len -= (size_t)w;
   }
-  return true;
+  return 0;
 }
 
-static bool write_stream(FILE *f, const char *buf, size_t len) {
+static int write_stream(FILE *f, const char *buf, size_t len) {
+  errno = 0;
   bool ok = fwrite(buf, 1, len, f) == len;
   if (fflush(f) != 0) ok = false;
-  return ok;
+  return ok ? 0 : errno ? errno : EIO;
+}
+
+/* The first failed write to a sink is reported once to the callback, as a
+ * warning naming the sink and the reason (later ones are only counted).
+ * Caller holds the lock. */
+static void report_failure(cm_logger_t *lg, const char *sink, int err) {
+  if (lg->failure_reported || !lg->callback) return;
+  lg->failure_reported = true;
+  char msg[600];
+  snprintf(msg, sizeof msg,
+           "cannot write the log to %s: %s; messages to it are lost (later failures are only "
+           "counted, see cm_logger_counts)",
+           sink, strerror(err));
+  lg->callback(lg->callback_arg, -1, msg);
 }
 
 /* Deliver `line` (len bytes, ending in '\n', NUL after it) to the sinks.
@@ -188,17 +205,29 @@ static void deliver(cm_logger_t *lg, char *line, size_t len, bool to_sinks, int 
   bool any = false;
   uint64_t failures = 0;
   pthread_mutex_lock(&lg->lock);
+  int err;
+  char sink[520];
   if (to_sinks && lg->fd >= 0) {
     any = true;
-    if (!write_all(lg->fd, line, len)) failures++;
+    if ((err = write_all(lg->fd, line, len))) {
+      failures++;
+      snprintf(sink, sizeof sink, "file '%s'", lg->path);
+      report_failure(lg, sink, err);
+    }
   }
   if (to_sinks && lg->to_stdout) {
     any = true;
-    if (!write_stream(stdout, line, len)) failures++;
+    if ((err = write_stream(stdout, line, len))) {
+      failures++;
+      report_failure(lg, "stdout", err);
+    }
   }
   if (to_sinks && lg->to_stderr) {
     any = true;
-    if (!write_stream(stderr, line, len)) failures++;
+    if ((err = write_stream(stderr, line, len))) {
+      failures++;
+      report_failure(lg, "stderr", err);
+    }
   }
   if (lg->callback) {
     any = true;

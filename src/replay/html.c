@@ -43,6 +43,7 @@
 #include "base/util.h"
 #include "cubemem/replay.h"
 #include "replay/record.h"
+#include "replay/sbuf.h"
 
 extern const unsigned char cm__report_html[];
 extern const size_t cm__report_html_len;
@@ -91,13 +92,20 @@ static void put_json_text(out_t *o, const char *s) {
 }
 
 /* A JSON string from arbitrary bytes (control characters and HTML
- * metacharacters escaped; bytes >= 0x80 pass through). */
+ * metacharacters escaped; well-formed UTF-8 passes through, any other byte
+ * >= 0x80 becomes \ufffd, so the page is valid UTF-8 whatever a name holds). */
 static void put_string(out_t *o, const char *s) {
   puts_(o, "\"");
   for (; s && *s; s++) {
     unsigned char c = (unsigned char)*s;
     char esc[8];
-    if (c == '"' || c == '\\') {
+    unsigned cp;
+    size_t n = c >= 0x80 ? cm__utf8_char(s, &cp) : 1;
+    if (n != 1) {
+      if (n) put(o, s, n);
+      else puts_(o, "\\ufffd");
+      s += n ? n - 1 : 0;
+    } else if (c == '"' || c == '\\') {
       esc[0] = '\\', esc[1] = (char)c, esc[2] = 0;
       puts_(o, esc);
     } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {

@@ -1,12 +1,22 @@
 /*
  * pickle.c - restricted pickle reader (see pickle.h).
  *
- * Algorithm. One pass over the opcodes with the pickle machine's stack, mark
- * stack and memo, all as growable pointer arrays. Values are allocated from
- * chunks of the document (freed together); container item arrays are
- * malloc'd per value and freed with the document. Strings are not copied:
- * they point into the input. Every length is checked against the bytes
- * left before it is used, so any input yields a value or an error.
+ * Algorithm. One pass over the opcodes with the pickle machine's stack and
+ * mark stack (growable pointer arrays) and memo (a sparse hash map from
+ * index to value, so an entry costs memory only when a PUT stores it, never
+ * for the indexes it skips). Values are allocated from chunks of the
+ * document (freed together); container item arrays are malloc'd per value
+ * and freed with the document. Strings are not copied: they point into the
+ * input. Every length is checked against the bytes left before it is used,
+ * so any input yields a value or an error, and everything allocated is
+ * proportional to the opcodes read.
+ *
+ * Dicts: each dict with str keys carries an open-addressing index (item
+ * position by key hash, seeded per document so that no input can choose
+ * colliding keys). A str key bound again replaces its value in place, as
+ * Python's dict does, so a dict never holds duplicate str keys and a lookup
+ * costs the same however the pickle was built (one big dict shared through
+ * the memo by every trace entry included).
  *
  * Exports cm__pickle_parse, cm__pickle_free, cm__pv_get, cm__pv_str_is,
  * cm__pv_str_starts.
@@ -17,7 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "base/util.h"
+#include "ptr/u64map.h"
 
 #define CHUNK_VALUES 4096
 
@@ -29,6 +42,15 @@ typedef struct chunk {
 
 struct cm_pickle {
   chunk_t *chunks;
+  uint64_t seed; /* of the dict key hash */
+};
+
+/* A dict's str-key index: slots hold item position / 2 + 1 (0 = empty). */
+struct cm_pv_index {
+  uint64_t seed;
+  size_t *slots;
+  size_t cap;   /* power of two */
+  size_t count; /* str keys indexed */
 };
 
 typedef struct vec {
@@ -80,10 +102,99 @@ void cm__pickle_free(cm_pickle_t *doc) {
   if (!doc) return;
   for (chunk_t *c = doc->chunks, *next; c; c = next) {
     next = c->next;
-    for (size_t i = 0; i < c->used; i++) free(c->v[i].items);
+    for (size_t i = 0; i < c->used; i++) {
+      free(c->v[i].items);
+      if (c->v[i].index) free(c->v[i].index->slots);
+      free(c->v[i].index);
+    }
     free(c);
   }
   free(doc);
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Seeded hash of a key's bytes: 8 bytes at a time through the splitmix
+ * finaliser, the seed folded into every step. */
+static uint64_t key_hash(uint64_t seed, const char *s, size_t n) {
+  uint64_t h = mix64(seed ^ (uint64_t)n);
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    h = mix64(h ^ w ^ seed);
+    s += 8;
+    n -= 8;
+  }
+  uint64_t w = 0;
+  for (size_t i = 0; i < n; i++) w |= (uint64_t)(unsigned char)s[i] << (8 * i);
+  return mix64(h ^ w ^ (seed >> 1) ^ 0x9e3779b97f4a7c15ull);
+}
+
+static bool same_str(const cm_pv_t *a, const char *s, size_t n) {
+  return a->kind == CM_PV_STR && a->n == n && (n == 0 || memcmp(a->s, s, n) == 0);
+}
+
+/* Slot of str key (s, n) in d's index: its position, or the empty slot
+ * where it would go. */
+static size_t *index_slot(const cm_pv_t *d, const char *s, size_t n) {
+  const struct cm_pv_index *x = d->index;
+  size_t mask = x->cap - 1, i = (size_t)key_hash(x->seed, s, n) & mask;
+  for (;;) {
+    size_t *slot = &x->slots[i];
+    if (!*slot || same_str(d->items[(*slot - 1) * 2], s, n)) return slot;
+    i = (i + 1) & mask;
+  }
+}
+
+static bool index_grow(cm_pv_t *d, uint64_t seed) {
+  struct cm_pv_index *x = d->index;
+  if (!x) {
+    x = calloc(1, sizeof *x);
+    if (!x) return false;
+    x->seed = seed;
+    d->index = x;
+  }
+  if (x->slots && (x->count + 1) * 2 <= x->cap) return true;
+  size_t nc = x->cap ? x->cap * 2 : 16;
+  if (nc > SIZE_MAX / sizeof *x->slots) return false;
+  size_t *ns = calloc(nc, sizeof *ns);
+  if (!ns) return false;
+  size_t *old = x->slots, oc = x->cap;
+  x->slots = ns;
+  x->cap = nc;
+  for (size_t i = 0; i < oc; i++) {
+    if (!old[i]) continue;
+    const cm_pv_t *k = d->items[(old[i] - 1) * 2];
+    *index_slot(d, k->s, k->n) = old[i];
+  }
+  free(old);
+  return true;
+}
+
+/* d[k] = v: a str key already present gets the new value in place (Python's
+ * rule); anything else is appended. False when out of memory. */
+static bool dict_set(cm_pickle_t *doc, cm_pv_t *d, cm_pv_t *k, cm_pv_t *v) {
+  size_t *slot = NULL;
+  if (k->kind == CM_PV_STR) {
+    if (!index_grow(d, doc->seed)) return false;
+    slot = index_slot(d, k->s, k->n);
+    if (*slot) {
+      d->items[(*slot - 1) * 2 + 1] = v;
+      return true;
+    }
+  }
+  if (!add_item(d, k) || !add_item(d, v)) return false;
+  if (slot) {
+    *slot = d->n / 2; /* (position / 2) + 1 of the key just added */
+    d->index->count++;
+  }
+  return true;
 }
 
 static uint64_t le(const unsigned char *p, size_t n) {
@@ -136,7 +247,14 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
   *root = NULL;
   cm_pickle_t *doc = calloc(1, sizeof *doc);
   if (!doc) return cm__diag_set(diag, CM_ENOMEM, "out of memory reading the pickle");
-  vec_t stack = {0}, memo = {0};
+  {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    doc->seed = mix64((uint64_t)(uintptr_t)doc ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec);
+  }
+  vec_t stack = {0};
+  cm__u64map memo = {0}; /* key: index ^ memo_salt (never 0: the salt has bit 63 set) */
+  const uint64_t memo_salt = mix64(doc->seed + 1) | (1ull << 63);
   size_t *marks = NULL, nmarks = 0, capmarks = 0;
   const unsigned char *p = (const unsigned char *)buf;
   size_t pos = 0;
@@ -301,8 +419,13 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
       cm_pv_t *v = new_value(doc, op == 't' ? CM_PV_TUPLE : op == 'l' ? CM_PV_LIST
                                   : op == 'd' ? CM_PV_DICT : CM_PV_SET);
       if (!v) NOMEM();
-      for (size_t j = base; j < stack.n; j++)
-        if (!add_item(v, stack.p[j])) NOMEM();
+      if (op == 'd') {
+        for (size_t j = base; j < stack.n; j += 2)
+          if (!dict_set(doc, v, stack.p[j], stack.p[j + 1])) NOMEM();
+      } else {
+        for (size_t j = base; j < stack.n; j++)
+          if (!add_item(v, stack.p[j])) NOMEM();
+      }
       stack.n = base;
       PUSH(v);
       break;
@@ -319,7 +442,7 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
       TOP_NEEDED(3);
       cm_pv_t *d = stack.p[stack.n - 3];
       if (d->kind != CM_PV_DICT) FAIL("SETITEM on a non-dict at byte %zu", at);
-      if (!add_item(d, stack.p[stack.n - 2]) || !add_item(d, stack.p[stack.n - 1])) NOMEM();
+      if (!dict_set(doc, d, stack.p[stack.n - 2], stack.p[stack.n - 1])) NOMEM();
       stack.n -= 2;
       break;
     }
@@ -331,14 +454,20 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
       cm_pv_kind_t want = op == 'e' ? CM_PV_LIST : op == 'u' ? CM_PV_DICT : CM_PV_SET;
       if (c->kind != want) FAIL("opcode 0x%02x on the wrong container type at byte %zu", op, at);
       if (op == 'u' && (stack.n - base) % 2) FAIL("SETITEMS with an odd number of items at byte %zu", at);
-      for (size_t j = base; j < stack.n; j++)
-        if (!add_item(c, stack.p[j])) NOMEM();
+      if (op == 'u') {
+        for (size_t j = base; j < stack.n; j += 2)
+          if (!dict_set(doc, c, stack.p[j], stack.p[j + 1])) NOMEM();
+      } else {
+        for (size_t j = base; j < stack.n; j++)
+          if (!add_item(c, stack.p[j])) NOMEM();
+      }
       stack.n = base;
       break;
     }
-    case 0x94: /* MEMOIZE */
+    case 0x94: /* MEMOIZE: stores at the memo's size, as Python does */
       TOP_NEEDED(1);
-      if (!vec_push(&memo, stack.p[stack.n - 1])) NOMEM();
+      if ((uint64_t)memo.count > UINT32_MAX) FAIL("memo full at byte %zu", at);
+      if (cm__u64map_put(&memo, (uint64_t)memo.count ^ memo_salt, stack.p[stack.n - 1])) NOMEM();
       break;
     case 'q': case 'r': { /* BINPUT, LONG_BINPUT */
       size_t k = op == 'q' ? 1 : 4;
@@ -346,10 +475,7 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
       uint64_t idx = le(p + pos, k);
       pos += k;
       TOP_NEEDED(1);
-      if (idx > (uint64_t)memo.n + (1u << 20)) FAIL("memo index %llu out of range at byte %zu", (unsigned long long)idx, at);
-      while (memo.n <= idx)
-        if (!vec_push(&memo, NULL)) NOMEM();
-      memo.p[idx] = stack.p[stack.n - 1];
+      if (cm__u64map_put(&memo, idx ^ memo_salt, stack.p[stack.n - 1])) NOMEM();
       break;
     }
     case 'h': case 'j': { /* BINGET, LONG_BINGET */
@@ -357,8 +483,9 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
       NEED(k);
       uint64_t idx = le(p + pos, k);
       pos += k;
-      if (idx >= memo.n || !memo.p[idx]) FAIL("memo index %llu not set at byte %zu", (unsigned long long)idx, at);
-      PUSH(memo.p[idx]);
+      cm_pv_t *mv = cm__u64map_get(&memo, idx ^ memo_salt);
+      if (!mv) FAIL("memo index %llu not set at byte %zu", (unsigned long long)idx, at);
+      PUSH(mv);
       break;
     }
     case 'I': case 'L': case 'S': case 'V': case 'F': case 'p': case 'g':
@@ -369,7 +496,7 @@ int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out, const cm_pv
   }
 out:
   free(stack.p);
-  free(memo.p);
+  cm__u64map_free(&memo);
   free(marks);
   if (rc != CM_OK) {
     cm__pickle_free(doc);
@@ -397,8 +524,7 @@ bool cm__pv_str_starts(const cm_pv_t *v, const char *prefix) {
 }
 
 const cm_pv_t *cm__pv_get(const cm_pv_t *d, const char *key) {
-  if (!d || d->kind != CM_PV_DICT) return NULL;
-  for (size_t i = d->n; i >= 2; i -= 2)
-    if (cm__pv_str_is(d->items[i - 2], key)) return d->items[i - 1];
-  return NULL;
+  if (!d || d->kind != CM_PV_DICT || !d->index || !key) return NULL;
+  size_t slot = *index_slot(d, key, strlen(key));
+  return slot ? d->items[(slot - 1) * 2 + 1] : NULL;
 }

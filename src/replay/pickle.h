@@ -42,12 +42,15 @@ typedef struct cm_pv {
   size_t n;        /* STR/BYTES length; LIST/TUPLE/SET item count; DICT 2 x pairs */
   size_t cap;
   struct cm_pv **items;
+  struct cm_pv_index *index; /* DICT: hash of its str keys (pickle.c); NULL when none */
 } cm_pv_t;
 
 typedef struct cm_pickle cm_pickle_t;
 
 /* Parse `len` bytes. On success *out owns the values and *root is the
- * top-level value. Errors: CM_EPARSE ("refusing opcode GLOBAL ...", "truncated
+ * top-level value. Memory is bounded by the input: every value, container
+ * item and memo entry costs at least one opcode byte (the memo is sparse: a
+ * PUT to index 2^31 stores one entry, not 2^31). Errors: CM_EPARSE ("refusing opcode GLOBAL ...", "truncated
  * pickle at byte N", ...), CM_ENOMEM, CM_EINVAL (NULL arguments). */
 CM_NODISCARD int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out,
                                  const cm_pv_t **root, cm_diag_t *diag);
@@ -55,7 +58,11 @@ CM_NODISCARD int cm__pickle_parse(const char *buf, size_t len, cm_pickle_t **out
 void cm__pickle_free(cm_pickle_t *doc);
 
 /* The value of string key `key` in dict `d`, or NULL (also when d is not a
- * dict). The last binding wins, as in Python. */
+ * dict). The last binding wins, as in Python: a str key is stored once (a
+ * later binding replaces the value in place, keeping the first position), so
+ * `n` counts distinct str keys; other keys are kept as they come. Expected
+ * O(len(key)) whatever the dict's size: the str keys are hashed with a seed
+ * chosen per document. */
 const cm_pv_t *cm__pv_get(const cm_pv_t *d, const char *key);
 /* True when v is a str equal to / starting with `s`. */
 bool cm__pv_str_is(const cm_pv_t *v, const char *s);

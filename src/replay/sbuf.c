@@ -1,5 +1,5 @@
 /* sbuf.c - the replay layer's growing string buffer (sbuf.h).
- * Exports: cm__sb_printf. */
+ * Exports: cm__sb_printf, cm__sb_xml_text, cm__utf8_char. */
 #include "replay/sbuf.h"
 
 #include <stdarg.h>
@@ -30,5 +30,49 @@ void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) {
     }
     b->p = np;
     b->cap = ncap;
+  }
+}
+
+size_t cm__utf8_char(const char *s, unsigned *cp) {
+  const unsigned char *u = (const unsigned char *)s;
+  unsigned c = u[0];
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  size_t n;
+  unsigned min;
+  if (c >= 0xc2 && c <= 0xdf) n = 2, min = 0x80, c &= 0x1f;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, min = 0x800, c &= 0x0f;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, min = 0x10000, c &= 0x07;
+  else return 0; /* a continuation byte, 0xc0/0xc1 (overlong) or 0xf5.. */
+  for (size_t i = 1; i < n; i++) {
+    if ((u[i] & 0xc0) != 0x80) return 0; /* truncated (a NUL stops here too) */
+    c = (c << 6) | (u[i] & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+  *cp = c;
+  return n;
+}
+
+void cm__sb_xml_text(cm__sbuf *b, const char *s) {
+  static const char repl[] = "\xef\xbf\xbd"; /* U+FFFD */
+  while (s && *s) {
+    unsigned cp = 0;
+    size_t n = cm__utf8_char(s, &cp);
+    if (n == 0 || cp < 0x20 || cp == 0xfffe || cp == 0xffff) {
+      cm__sb_printf(b, "%s", repl);
+      s += n ? n : 1;
+      continue;
+    }
+    switch (cp) {
+      case '&': cm__sb_printf(b, "&amp;"); break;
+      case '<': cm__sb_printf(b, "&lt;"); break;
+      case '>': cm__sb_printf(b, "&gt;"); break;
+      case '"': cm__sb_printf(b, "&quot;"); break;
+      case '\'': cm__sb_printf(b, "&#39;"); break;
+      default: cm__sb_printf(b, "%.*s", (int)n, s);
+    }
+    s += n;
   }
 }

@@ -16,4 +16,17 @@ typedef struct cm__sbuf {
 /* Append printf-formatted text. */
 void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Append arbitrary bytes `s` (NUL-terminated, NULL ok) as XML character
+ * data or attribute text: & < > " ' escaped; every well-formed UTF-8
+ * character that XML 1.0 allows kept; invalid UTF-8 (stray continuation
+ * bytes, overlong forms, surrogates, beyond U+10FFFF, truncated sequences),
+ * control characters below U+0020 and U+FFFE / U+FFFF each become U+FFFD.
+ * So any file name yields well-formed XML. */
+void cm__sb_xml_text(cm__sbuf *b, const char *s);
+
+/* The well-formed UTF-8 character at s (NUL-terminated): its length, 1 to
+ * 4, with the code point in *cp; 0 when the bytes there are not a valid
+ * UTF-8 character (a NUL is length 1, code point 0). */
+size_t cm__utf8_char(const char *s, unsigned *cp);
+
 #endif

@@ -193,13 +193,14 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       break;
     }
     if (has_t && !have_t0) t0 = t, have_t0 = true;
-    int64_t rel = has_t ? t - t0 : 0;
-    if (rel < 0) rel = 0;
+    /* time since the first entry, 0 before it; unsigned so that any two
+     * int64 values subtract without overflow */
+    uint64_t rel = has_t && t > t0 ? (uint64_t)t - (uint64_t)t0 : 0;
     if (!num(cm__pv_get(e, "addr"), 0, &addr) || addr < 0) rc = bad_field(diag, "trace entry", "addr", i);
     else if (!num(cm__pv_get(e, "size"), 0, &size) || size < 0) rc = bad_field(diag, "trace entry", "size", i);
     else if (!num(cm__pv_get(e, "stream"), 0, &stream) || stream < 0) rc = bad_field(diag, "trace entry", "stream", i);
     if (rc) break;
-    row_t r = {(uint64_t)rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
+    row_t r = {rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
     if (cm__pv_str_is(action, "alloc")) {
       if (cm__u64map_put(&live, KEY(r.addr), SIZE_VAL(r.size)) || !rows_push(&ev, r)) rc = CM_ENOMEM;
     } else if (cm__pv_str_is(action, free_action)) {
@@ -223,11 +224,20 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       if (!rows_push(&ev, r)) rc = CM_ENOMEM;
     }
   }
-  /* active blocks at dump that the trace does not account for */
+  /* active blocks at dump that the trace does not account for. The memo
+   * lets one segment dict or blocks list appear many times for two bytes
+   * each: each is walked once (seen), and a block address is taken once
+   * (pre_seen), so the work and the rows stay proportional to the input. */
+  cm__u64map seen = {0};
   for (size_t i = 0; rc == CM_OK && segs && i < segs->n; i++) {
     const cm_pv_t *seg = segs->items[i];
     int64_t d = 0, addr = 0, total = 0;
     if (seg->kind != CM_PV_DICT) continue;
+    if (cm__u64map_get(&seen, (uint64_t)(uintptr_t)seg)) continue;
+    if (cm__u64map_put(&seen, (uint64_t)(uintptr_t)seg, (void *)seg)) {
+      rc = CM_ENOMEM;
+      break;
+    }
     if (!num(cm__pv_get(seg, "device"), 0, &d)) {
       rc = bad_field(diag, "segment", "device", i);
       break;
@@ -249,6 +259,11 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
       rc = cm__diag_set(diag, CM_EPARSE, "not a memory snapshot: segment %zu 'blocks' is not a list", i);
       break;
     }
+    if (cm__u64map_get(&seen, (uint64_t)(uintptr_t)blocks)) continue; /* shared with a segment seen */
+    if (cm__u64map_put(&seen, (uint64_t)(uintptr_t)blocks, (void *)blocks)) {
+      rc = CM_ENOMEM;
+      break;
+    }
     for (size_t j = 0; j < blocks->n; j++) {
       const cm_pv_t *b = blocks->items[j];
       if (b->kind != CM_PV_DICT) continue;
@@ -265,15 +280,17 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
         }
         if (!cm__u64map_get(&live, KEY((uint64_t)baddr)) && !cm__u64map_get(&pre_seen, KEY((uint64_t)baddr))) {
           row_t p = {0, (uint64_t)baddr, (uint64_t)req, 0, 0, ROW_ALLOC};
-          if (!rows_push(&pre, p)) {
+          if (cm__u64map_put(&pre_seen, KEY((uint64_t)baddr), SIZE_VAL(0)) || !rows_push(&pre, p)) {
             rc = CM_ENOMEM;
             break;
           }
         }
       }
-      addr = baddr + size;
+      /* the next block's default address; saturated: both are int64 >= 0 */
+      addr = size > INT64_MAX - baddr ? INT64_MAX : baddr + size;
     }
   }
+  cm__u64map_free(&seen);
   if (rc == CM_OK) {
     info->preexisting = pre.n;
     if (!history)
@@ -394,8 +411,35 @@ int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
   char *data = NULL;
   size_t len = 0;
   if (!use_stdin) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* A device or socket is refused before it is opened (reading /dev/zero
+     * never ends; opening a terminal or tape has effects); a directory gets
+     * a clear error too. A FIFO or pipe (`<(zcat trace.csv.gz)`) is read
+     * like stdin, the content telling a pickle from CSV; like cat, opening a
+     * FIFO waits for its writer. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+      const char *kind = S_ISDIR(st.st_mode)    ? "a directory"
+                         : S_ISCHR(st.st_mode)  ? "a character device"
+                         : S_ISBLK(st.st_mode)  ? "a block device"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                                : "not a regular file";
+      cm__diag_set(diag, CM_EIO,
+                   "not read: %s, not a trace file (give a regular file, a pipe, or - for "
+                   "standard input)", kind);
+      if (diag) snprintf(diag->file, sizeof diag->file, "%s", path);
+      return CM_EIO;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) return cm_trace_load(path, opts, out, diag); /* its message */
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+      if (S_ISFIFO(st.st_mode)) {
+        rc = slurp(fd, &data, &len, diag);
+      } else {
+        rc = cm__diag_set(diag, CM_EIO, "not read: not a regular file or a pipe");
+      }
+      close(fd);
+      goto parse;
+    }
     unsigned char head[2];
     ssize_t k = pread(fd, head, 2, 0);
     size_t pl = strlen(path);
@@ -418,6 +462,7 @@ int cm_trace_load_any(const char *path, const cm_trace_parse_options_t *opts,
   } else {
     rc = slurp(STDIN_FILENO, &data, &len, diag);
   }
+parse:
   if (rc == CM_OK) {
     if (cm_snapshot_detect(data, len)) {
       if (is_snapshot) *is_snapshot = true;

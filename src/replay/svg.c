@@ -26,18 +26,8 @@
 #include "replay/sbuf.h"
 
 
-static void sb_escaped(cm__sbuf *b, const char *s) {
-  for (; s && *s; s++) {
-    switch (*s) {
-      case '&': cm__sb_printf(b, "&amp;"); break;
-      case '<': cm__sb_printf(b, "&lt;"); break;
-      case '>': cm__sb_printf(b, "&gt;"); break;
-      case '"': cm__sb_printf(b, "&quot;"); break;
-      default:
-        if ((unsigned char)*s >= 0x20) cm__sb_printf(b, "%c", *s);
-    }
-  }
-}
+/* Text from names (file names: any bytes) as well-formed XML. */
+static void sb_escaped(cm__sbuf *b, const char *s) { cm__sb_xml_text(b, s); }
 
 static const char *const k_colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd",
                                        "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
@@ -274,7 +264,11 @@ static double bar_row(cm__sbuf *b, const cm_replay_panel_t *p, size_t s, double 
   cm__sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", PLOT_X0 - 6, by + 14);
   char lab[24];
   snprintf(lab, sizeof lab, "%s", p->series[s].label ? p->series[s].label : "layout");
-  if (p->series[s].label && strlen(p->series[s].label) > 15) strcpy(lab + 12, "...");
+  if (p->series[s].label && strlen(p->series[s].label) > 15) {
+    size_t cut = 12; /* not inside a UTF-8 character */
+    while (cut > 0 && ((unsigned char)lab[cut] & 0xc0) == 0x80) cut--;
+    strcpy(lab + cut, "...");
+  }
   sb_escaped(b, lab);
   cm__sb_printf(b, "</text>\n");
   uint64_t tot = pools_total(r);

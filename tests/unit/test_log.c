@@ -371,6 +371,33 @@ static void test_callback_and_combined(void) {
 }
 
 /* Warnings reach the callback even when the level is disabled (log.h). */
+/* A sink that cannot be written (a full disk): every failure is counted and
+ * the first is reported to the callback as a warning naming the file. */
+static void test_write_failure_reported(void) {
+  if (access("/dev/full", W_OK) != 0) CM_SKIP("no writable /dev/full");
+  rec_t r = {0};
+  cm_logger_config_t c;
+  cm_logger_config_init(&c);
+  c.level = CM_LOG_FULL;
+  c.file = "/dev/full";
+  c.callback = rec_fn;
+  c.callback_arg = &r;
+  cm_logger_t *lg = NULL;
+  ASSERT_OK(cm_logger_create(&c, &lg, NULL));
+  for (int i = 0; i < 3; i++) cm_logger_write(lg, CM_LOG_BASIC, "m");
+  uint64_t delivered = 0, failed = 0;
+  cm_logger_counts(lg, &delivered, &failed);
+  cm_logger_destroy(lg);
+  EXPECT_EQ(delivered, 3);
+  EXPECT_EQ(failed, 3);
+  ASSERT_EQ(r.n, 4); /* one report, then the three messages */
+  EXPECT_STATUS(r.levels[0], -1);
+  EXPECT_CONTAINS(r.msgs[0], "cannot write the log to file '/dev/full'");
+  EXPECT_CONTAINS(r.msgs[0], strerror(ENOSPC));
+  EXPECT_STR(r.msgs[1], "m");
+  EXPECT_STR(r.msgs[3], "m");
+}
+
 static void test_warn_disabled_callback_only(void) {
   rec_t r = {0};
   cm_logger_config_t c;
@@ -505,6 +532,7 @@ int main(void) {
   CM_RUN(test_file_open_failures);
   CM_RUN(test_stdout_stderr_sinks);
   CM_RUN(test_callback_and_combined);
+  CM_RUN(test_write_failure_reported);
   CM_RUN(test_warn_disabled_callback_only);
   CM_RUN(test_long_messages);
   CM_RUN(test_concurrent_writers);
