@@ -206,6 +206,11 @@ typedef struct cuda_storage {
   _Atomic uint64_t async_allocs, sync_allocs, async_fallbacks, free_errors, npending;
   _Atomic bool timing;              /* time each driver call (cm_storage_set_timing) */
   _Atomic uint64_t call_ns[CU_NCALLS]; /* time by kind of call (cu_call), while timing */
+  /* Handles whose cuMemRelease failed after their mapping went: kept and
+   * released again at the next map or unmap and when the storage goes
+   * (cm__cuda_retry_releases), so a transient failure leaks nothing. */
+  CUmemGenericAllocationHandle *unreleased;
+  size_t nunreleased, capunreleased;
 } cuda_storage;
 
 /* Run `expr` (one driver call of kind k on storage s), adding the time it
@@ -216,6 +221,11 @@ typedef struct cuda_storage {
     CM__TIME_NS(atomic_load_explicit(&(s)->timing, memory_order_relaxed), dt__, expr);    \
     if (dt__) atomic_fetch_add_explicit(&(s)->call_ns[k], dt__, memory_order_relaxed);    \
   } while (0)
+
+/* Release the handles whose cuMemRelease failed before (dev->lock held or
+ * the storage going, context pushed); those that fail again stay. Returns
+ * how many stay. */
+size_t cm__cuda_retry_releases(cuda_storage *s);
 
 /* cuda.c */
 

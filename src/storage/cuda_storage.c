@@ -264,6 +264,9 @@ static void storage_release(void *ctx) {
     cm__cuda_destroy_entry(e);
   }
   cm__u64map_free(&s->entries);
+  if (pushed == CM_OK && s->nunreleased && cm__cuda_retry_releases(s))
+    atomic_fetch_add(&s->free_errors, 1); /* still refused: the driver keeps them */
+  free(s->unreleased);
   /* Let stream-ordered frees complete so the memory is back when we return. */
   if (pushed == CM_OK) {
     if (any_async && !s->retired && s->dev->api.StreamSynchronize(s->stream) != CUDA_SUCCESS)

@@ -80,6 +80,30 @@ static size_t map_lower(const entry *e, uint64_t off) {
   return lo;
 }
 
+/* Remember a handle whose cuMemRelease failed. Without host memory for the
+ * record it is lost to this storage (counted in free_errors already). */
+static void keep_unreleased(cuda_storage *s, CUmemGenericAllocationHandle h) {
+  if (s->nunreleased == s->capunreleased) {
+    size_t ncap = s->capunreleased ? 2 * s->capunreleased : 8;
+    CUmemGenericAllocationHandle *nv = realloc(s->unreleased, ncap * sizeof *nv);
+    if (!nv) return;
+    s->unreleased = nv;
+    s->capunreleased = ncap;
+  }
+  s->unreleased[s->nunreleased++] = h;
+}
+
+size_t cm__cuda_retry_releases(cuda_storage *s) {
+  size_t w = 0;
+  for (size_t i = 0; i < s->nunreleased; i++) {
+    CUresult r;
+    CU_TIMED(s, CU_RELEASE, r = s->dev->api.MemRelease(s->unreleased[i]));
+    if (r != CUDA_SUCCESS) s->unreleased[w++] = s->unreleased[i];
+  }
+  s->nunreleased = w;
+  return w;
+}
+
 /* Unmap and release mappings [i, i+n) of e (cuda_internal.h). */
 size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
   const cu_api *a = &s->dev->api;
@@ -94,7 +118,10 @@ size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
       continue;
     }
     CU_TIMED(s, CU_RELEASE, r = a->MemRelease(m.handle));
-    if (r != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
+    if (r != CUDA_SUCCESS) { /* unmapped but still allocated: keep it, release it later */
+      atomic_fetch_add(&s->free_errors, 1);
+      keep_unreleased(s, m.handle);
+    }
   }
   memmove(e->maps + w, e->maps + i + n, (e->nmaps - i - n) * sizeof *e->maps);
   e->nmaps -= i + n - w;
@@ -137,6 +164,7 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
     pthread_mutex_unlock(&s->dev->lock);
     return rc;
   }
+  if (s->nunreleased) (void)cm__cuda_retry_releases(s); /* before asking for more memory */
   memmove(e->maps + at + n, e->maps + at, (e->nmaps - at) * sizeof *e->maps);
   size_t done = 0;
   CUresult r = CUDA_SUCCESS;
@@ -151,7 +179,12 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
     }
     CU_TIMED(s, CU_MAP, r = a->MemMap(e->ptr + off, (size_t)piece, 0, h, 0));
     if (r != CUDA_SUCCESS) {
-      CU_TIMED(s, CU_RELEASE, (void)a->MemRelease(h));
+      CUresult rr;
+      CU_TIMED(s, CU_RELEASE, rr = a->MemRelease(h));
+      if (rr != CUDA_SUCCESS) {
+        atomic_fetch_add(&s->free_errors, 1);
+        keep_unreleased(s, h);
+      }
       what = "cuMemMap";
       break;
     }
@@ -222,6 +255,7 @@ int cm__cuda_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
                                             : "cuStreamSynchronize before cuMemUnmap");
   }
   size_t failed = cm__cuda_unmap_records(s, e, at, n);
+  if (s->nunreleased) (void)cm__cuda_retry_releases(s);
   cm__cuda_ctx_pop(s->dev);
   pthread_mutex_unlock(&s->dev->lock);
   if (failed)

@@ -625,6 +625,10 @@ API(CUresult, cuMemRelease, (CUhandle h)) {
   handle_rec *hr = find_handle(h, &i);
   if (!hr || hr->released)
     RET(violation(R_INVALID_VALUE, "cuMemRelease(%llu): not a live memory handle", h));
+  if (G.cfg.fail_releases > 0) { /* an injected driver failure: nothing changes */
+    G.cfg.fail_releases--;
+    RET(999);
+  }
   hr->released = true;
   handle_drop_if_done(i);
   G.c.release++;

@@ -65,6 +65,8 @@ typedef struct fakecuda_config {
   int attribute_limit;   /* non-zero: attributes >= it are unknown (an older driver) */
   uint64_t create_delay_ns; /* cuMemCreate takes at least this long (a driver's latency) */
   int verbose;
+  int fail_releases; /* the next N cuMemRelease calls fail with CUDA_ERROR_UNKNOWN (999), changing
+                        nothing (not a violation) */
 } fakecuda_config_t;
 
 /* Driver calls made, by entry point, and what the fake holds. */

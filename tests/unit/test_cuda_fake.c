@@ -669,6 +669,47 @@ static void test_fake_vm_partial_map(void) {
   EXPECT_CLEAN();
 }
 
+/* A cuMemRelease that fails after its mapping went: the handle is kept and
+ * released at the next map or unmap (or when the storage goes), so nothing
+ * stays allocated; the failure is counted. */
+static void test_fake_release_retried(void) {
+  fakecuda_config_t *cfg = fake_reset();
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  void *stream = fk_stream_create();
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, stream, CM_CUDA_SYNC, &st, NULL));
+  const cm_storage_ops_t *ops = st->ops;
+  void *c = st->ctx;
+  const uint64_t G = 2u << 20;
+  uint64_t id = 0;
+  ASSERT_OK(ops->vm_reserve(c, 8 * G, &id, NULL));
+  ASSERT_OK(ops->vm_map(c, id, 0, 2 * G, G, NULL));
+  cfg->fail_releases = 1;
+  ASSERT_OK(ops->vm_unmap(c, id, 0, 2 * G, G, NULL)); /* unmapped; one release failed, then retried */
+  fakecuda_counts_t k = fk_counts();
+  EXPECT_EQ(k.mappings, 0u);
+  EXPECT_EQ(k.handles, 0u); /* the retry at the end of the unmap released it */
+  EXPECT_EQ(k.used[0], 0u);
+  cfg->fail_releases = 2; /* fails at the unmap and at its retry: kept until the next map */
+  ASSERT_OK(ops->vm_map(c, id, 0, G, G, NULL));
+  ASSERT_OK(ops->vm_unmap(c, id, 0, G, G, NULL));
+  EXPECT_EQ(fk_counts().handles, 1u);
+  ASSERT_OK(ops->vm_map(c, id, 2 * G, G, G, NULL)); /* retried first */
+  EXPECT_EQ(fk_counts().handles, 1u);                /* only the new one */
+  cfg->fail_releases = 2;
+  ASSERT_OK(ops->vm_unmap(c, id, 2 * G, G, G, NULL));
+  EXPECT_EQ(fk_counts().handles, 1u);
+  ASSERT_OK(ops->vm_release(c, id, NULL));
+  cm_storage_destroy(st); /* released when the storage goes */
+  k = fk_counts();
+  EXPECT_EQ(k.handles, 0u);
+  EXPECT_EQ(k.create, k.release);
+  cm_cuda_device_close(dev);
+  EXPECT_OK(FK.stream_destroy(stream));
+  EXPECT_CLEAN();
+}
+
 /* Time by kind of driver call (cm_storage_stats_t.call_ns): measured only
  * while timing is on, each call's time in its own kind. The fake's cuMemCreate
  * is made slow, so its time must land in `creates` and nowhere else. */
@@ -1003,6 +1044,7 @@ int main(void) {
   CM_RUN(test_fake_event_ops);
   CM_RUN(test_fake_vm);
   CM_RUN(test_fake_vm_partial_map);
+  CM_RUN(test_fake_release_retried);
   CM_RUN(test_fake_call_times);
   CM_RUN(test_fake_pinned);
   CM_RUN(test_fake_manager_and_ptr);
