@@ -25,10 +25,21 @@ struct cm_manager {
   cm__pool *pools[CM_MAX_DYNAMIC_POOLS];
   size_t npools;
   cm__pool *persistent;        /* always present, position 255 */
+  cm__pool *dedicated;         /* always present, position 254 (CM_MODE_DEDICATED) */
   cm__inbox inbox;             /* descriptors released from any thread */
   uint64_t alloc_reserve_count; /* reservations so far; the pools read it (pool_ctx) */
   cm_alloc_mode_t mode;        /* effective mode */
-  uint64_t windows;            /* open persistent windows */
+  cm_alloc_mode_t base_mode;   /* the mode while no window is open */
+  /* open windows (cm_manager_set_mode), innermost last, run-length coded:
+   * runs of windows of one kind; windows past the 64th run are `overflow`
+   * (they keep the enclosing mode) */
+  struct {
+    cm_alloc_mode_t kind;
+    uint64_t count;
+  } runs[64];
+  size_t nruns;
+  uint64_t overflow;
+  bool overflow_warned;
   cm_persistent_memory_t pm;
   cm_logger_t *logger;         /* borrowed */
   cm_log_level_t log_level;    /* cached: the logger's level is immutable */
