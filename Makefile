@@ -50,10 +50,12 @@ fuzz:
 # Every benchmark number in one command: bench/results/replay.md (ratios, device
 # calls, ns/op per trace and layout), fit.md (smallest device against PyTorch),
 # objects.md (object size against fit and driver calls), floor.md (the fewest
-# driver calls possible) and callgrind.md (instructions per replay operation on
+# driver calls possible), adaptive.md (the Adaptive preset against SubSlices)
+# and callgrind.md (instructions per replay operation on
 # cpu/torch-cpu-mobilenet-train).
 bench: build
 	bash bench/replay
+	bash bench/adaptive
 	bash bench/fit $(BUILD) > bench/results/fit.md
 	bash bench/objects $(BUILD) > bench/results/objects.md
 	bash bench/floor > bench/results/floor.md
