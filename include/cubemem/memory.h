@@ -91,8 +91,8 @@ CM_API uint64_t cm_binding_id(cm_binding_t b);
  * The debug level adds reports at the moment of the misuse: 0 (default)
  * none; 1 a warning through the owning manager's logger (stderr when it has
  * none); 2 the same, then abort(); 3 also runs cm_manager_check after every
- * mutating manager call (reserve, bind, install_pools, cleanup, capture_end,
- * dry_run_end) of managers created at that level, and aborts with the first
+ * mutating manager call (reserve, reserve_restricted, bind, install_pools,
+ * cleanup, capture_end, dry_run_end) of managers created at that level, and aborts with the first
  * violation's message (slow: for tests; CI runs the unit suite at it). It
  * starts as the environment variable CM_DEBUG (read once, on first use), and
  * cm_debug_set_level overrides it.
@@ -291,6 +291,35 @@ CM_API void cm_manager_destroy(cm_manager_t *m);
  * CM_ENOMEM. On error *out is empty and the manager is unchanged. */
 CM_API CM_NODISCARD int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out,
                                            cm_diag_t *diag);
+/* Page-update restrictions of one reservation (cm_manager_reserve_restricted),
+ * for callers that hold page locations (cm_manager_find) or raw addresses
+ * the reservation must not disturb. */
+typedef enum cm_page_updates {
+  CM_PAGES_ALLOW = 0,     /* as cm_manager_reserve */
+  /* may allocate new pages, but gives back, releases and renumbers none: no
+   * cleanup runs, dedicated allocations freed earlier are not given back,
+   * an out-of-memory device gets no release-and-retry, releases queued
+   * since the last manager call are taken in by the next unrestricted one,
+   * an adaptive pool's growth keeps the old pool's empty pages (given back
+   * when the pool next allocates a page unrestricted, or at the next
+   * cleanup) and a direct pool's
+   * reclaim_at watermark waits. The arena pool still gives free mapped
+   * objects back when the device refuses a mapping (never live memory). */
+  CM_PAGES_ADD_ONLY = 1,
+  /* as ADD_ONLY, and allocates no page either: only room the pools already
+   * hold (the first accepting pool with room; a free persistent slice of the
+   * effective size in a persistent window); else CM_EBUSY. A dedicated
+   * reservation always allocates, so it is CM_EBUSY too. */
+  CM_PAGES_FORBIDDEN = 2,
+} cm_page_updates_t;
+
+/* cm_manager_reserve with the call's page updates restricted as above.
+ * Errors: as cm_manager_reserve, CM_EBUSY (FORBIDDEN and no held room
+ * fits), CM_EINVAL (unknown restriction). On error *out is empty and the
+ * manager is unchanged. Same threading as every manager call. */
+CM_API CM_NODISCARD int cm_manager_reserve_restricted(cm_manager_t *m, uint64_t size,
+                                                      cm_page_updates_t updates,
+                                                      cm_handle_t *out, cm_diag_t *diag);
 /* Bind an assigned (client-created) handle to the slice of `reserved`
  * (spec §3.3). Consumes `reserved` on success AND on failure; `assigned` is
  * borrowed (the manager takes its own reference). Errors: CM_ENOTFOUND. */

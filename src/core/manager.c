@@ -248,6 +248,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
                                .inbox = &m->inbox,
                                .lazy_ids = &m->lazy_next_id,
                                .dry_runs = &m->dry_runs,
+                               .page_updates = &m->page_updates,
                                .reserve_clock = &m->alloc_reserve_count};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
@@ -457,7 +458,19 @@ static int reserve_dedicated(cm_manager_t *m, uint64_t size, uint64_t eff, bool 
   return hand_out(m, p, s, size, out, diag);
 }
 
+/* A FORBIDDEN reservation found no held room. */
+static int no_held_room(cm_diag_t *diag, uint64_t size, const char *where) {
+  return cm__diag_set(diag, CM_EBUSY,
+                      "no memory already held fits an allocation of %" PRIu64
+                      " bytes (%s) and this reservation may not allocate pages "
+                      "(CM_PAGES_FORBIDDEN); reserve it with CM_PAGES_ADD_ONLY or CM_PAGES_ALLOW",
+                      size, where);
+}
+
+/* `up` restricts the call's page updates (cm_manager_reserve_restricted);
+ * CM_PAGES_ALLOW from cm_manager_reserve, where it folds away. */
 static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, uint64_t size,
+                                                             cm_page_updates_t up,
                                                              cm_handle_t *out, cm_diag_t *diag) {
   if (!out) return cm__diag_set(diag, CM_EINVAL, "out is NULL");
   out->d = NULL;
@@ -468,23 +481,32 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
                         "an allocation of %" PRIu64 " bytes overflows when padded to the "
                         "alignment of %" PRIu64,
                         size, m->props.alignment);
-  cm__manager_drain(m);
+  /* Restricted calls give nothing back: releases queued since the last call
+   * wait for the next unrestricted one (taking them in can give an adaptive
+   * pool's outdated pages back), and no cleanup runs. */
+  bool may_release = up == CM_PAGES_ALLOW;
+  bool may_add = up != CM_PAGES_FORBIDDEN;
+  if (may_release) cm__manager_drain(m);
   m->alloc_reserve_count++;
   size_t first = route(m, size);
-  if (m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
+  if (may_release && m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
     cleanup_impl(m, false, size, first);
   else if (cm__storage_pending(m->storage))
     cm_storage_flush(m->storage); /* deferred frees from the last call's pool work */
   bool lazy = m->dry_runs > 0;
-  if (!m->capturing) give_back_dedicated(m);
-  if (m->mode == CM_MODE_DEDICATED) return reserve_dedicated(m, size, eff, lazy, out, diag);
+  if (may_release && !m->capturing) give_back_dedicated(m);
+  if (m->mode == CM_MODE_DEDICATED) {
+    if (!may_add) return no_held_room(diag, size, "a dedicated reservation always allocates");
+    return reserve_dedicated(m, size, eff, lazy, out, diag);
+  }
   bool P = m->mode == CM_MODE_PERSISTENT;
   bool S = m->pm == CM_PERSISTENT_SIZE_MATCH;
   if (P || S) {
     bool done;
-    bool may_alloc = P || cm__persistent_has_size(m->persistent, eff);
+    bool may_alloc = may_add && (P || cm__persistent_has_size(m->persistent, eff));
     int rc = reserve_persistent(m, size, eff, may_alloc, lazy, out, diag, &done);
     if (done) return rc;
+    if (P) return no_held_room(diag, size, "no free persistent slice of its size");
   }
   if (LOG_ON(m, CM_LOG_FULL)) {
     char b[32];
@@ -501,11 +523,13 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     any = true;
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);
+    if (!may_add) continue; /* only held room: the next accepting pool's */
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
     take_reserved(m, p);
-    if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
+    if (rc == CM_EOOM && !m->capturing && may_release)
+      rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
     if (rc == CM_OK) {
       rc = hand_out(m, p, s, size, out, diag);
       if (rc == CM_OK && LOG_ON(m, CM_LOG_FULL)) {
@@ -535,7 +559,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     if (diag) *diag = cap_diag;
     return cap_err;
   }
-  (void)any;
+  if (any && !may_add) return no_held_room(diag, size, "no held room in an accepting pool");
   return cm__diag_set(diag, CM_ETOOBIG,
                       "no memory pool accepts an allocation of %" PRIu64
                       " bytes (BufferTooBig); install a layout with a pool for this size",
@@ -543,8 +567,24 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
 }
 
 int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag_t *diag) {
-  int rc = reserve_impl(m, size, out, diag);
+  int rc = reserve_impl(m, size, CM_PAGES_ALLOW, out, diag);
   if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_reserve");
+  return rc;
+}
+
+int cm_manager_reserve_restricted(cm_manager_t *m, uint64_t size, cm_page_updates_t updates,
+                                  cm_handle_t *out, cm_diag_t *diag) {
+  if (out) out->d = NULL;
+  if (updates != CM_PAGES_ALLOW && updates != CM_PAGES_ADD_ONLY &&
+      updates != CM_PAGES_FORBIDDEN)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "unknown page-update restriction %d; expected CM_PAGES_ALLOW, "
+                        "CM_PAGES_ADD_ONLY or CM_PAGES_FORBIDDEN",
+                        (int)updates);
+  if (m) m->page_updates = (uint8_t)updates; /* the pools read it (pool_ctx) */
+  int rc = reserve_impl(m, size, updates, out, diag);
+  if (m) m->page_updates = CM_PAGES_ALLOW;
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_reserve_restricted");
   return rc;
 }
 

@@ -45,6 +45,10 @@ typedef struct cm__pool_ctx {
   cm__inbox *inbox;              /* the owner's freed inbox: slices' descriptors belong to it */
   uint64_t *lazy_ids;            /* next id for lazily reserved memory (counts down, shared) */
   const uint64_t *dry_runs;      /* open dry runs (spec §6); > 0: memory is reserved lazily */
+  /* the cm_page_updates_t of the reservation in progress: under
+   * CM_PAGES_ADD_ONLY an alloc gives nothing back (CM_PAGES_FORBIDDEN calls
+   * no alloc) */
+  const uint8_t *page_updates;
   const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
 } cm__pool_ctx;
 

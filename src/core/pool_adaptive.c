@@ -25,7 +25,8 @@
  * current page size is a multiple of the alignment in [floor, max page] and
  * the generations' page sizes strictly decrease from the current one through
  * the outdated ones (the page size only grows); A3 an outdated generation
- * holds at least one page and no entirely free page; A4 the pool's usage,
+ * holds at least one page and no entirely free page (except those a growth
+ * under CM_PAGES_ADD_ONLY kept, until the next unrestricted call); A4 the pool's usage,
  * pages and unmapped pages are the sums over the generations; A5 no served
  * request was larger than the current page.
  * Exports: cm__pool_adaptive_new (pool.h), cm__adaptive_bounds (layout.h).
@@ -52,6 +53,9 @@ typedef struct adaptive_pool {
   uint64_t floor, max_page, page_size;
   uint64_t largest_eff; /* largest effective size served (A5) */
   uint64_t growths;     /* page size changes so far */
+  /* a growth under CM_PAGES_ADD_ONLY kept empty pages on outdated pools;
+   * the pool's next unrestricted page allocation or cleanup gives them back */
+  bool kept_empty;
   gen cur;
   gen *old; /* outdated generations, newest first */
   size_t nold, capold;
@@ -158,6 +162,27 @@ static void old_remove(adaptive_pool *ap, size_t i) {
   ap->nold--;
 }
 
+/* May the call in progress give pages back (not CM_PAGES_ADD_ONLY)? */
+static bool may_release(const adaptive_pool *ap) {
+  return *ap->base.ctx.page_updates == CM_PAGES_ALLOW;
+}
+
+/* Give back the empty pages a restricted growth left on outdated pools
+ * (dropping pools that held nothing else). */
+static void release_kept(adaptive_pool *ap) {
+  if (!ap->kept_empty) return;
+  ap->kept_empty = false;
+  for (size_t i = ap->nold; i-- > 0;) {
+    gen *g = &ap->old[i];
+    g->p->vt->cleanup(g->p, *ap->base.ctx.reserve_clock, true, UINT64_MAX);
+    fold(ap, g);
+    if (g->p->pages == 0) {
+      g->p->vt->destroy(g->p);
+      old_remove(ap, i);
+    }
+  }
+}
+
 static int grow(adaptive_pool *ap, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
                 cm_diag_t *diag) {
   cm__pool *p = &ap->base;
@@ -165,9 +190,13 @@ static int grow(adaptive_pool *ap, uint64_t size, uint64_t eff, bool lazy, cm__s
   cm__pool *np = NULL;
   if (old_reserve(ap) != CM_OK || gen_new(ap, next, &np) != CM_OK)
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory growing the adaptive pool");
-  /* The generation about to be outdated gives its empty pages back first. */
-  ap->cur.p->vt->cleanup(ap->cur.p, *p->ctx.reserve_clock, true, UINT64_MAX);
-  fold(ap, &ap->cur);
+  /* The generation about to be outdated gives its empty pages back first
+   * (unless the call may give nothing back: then they wait). */
+  bool keep = !may_release(ap);
+  if (!keep) {
+    ap->cur.p->vt->cleanup(ap->cur.p, *p->ctx.reserve_clock, true, UINT64_MAX);
+    fold(ap, &ap->cur);
+  }
   gen ng = {np, 0, 0};
   int rc = np->vt->alloc(np, size, eff, lazy, out, diag);
   fold(ap, &ng);
@@ -179,6 +208,7 @@ static int grow(adaptive_pool *ap, uint64_t size, uint64_t eff, bool lazy, cm__s
     memmove(&ap->old[1], &ap->old[0], ap->nold * sizeof ap->old[0]);
     ap->old[0] = ap->cur;
     ap->nold++;
+    if (keep && cm__sliced_empty_pages(ap->old[0].p)) ap->kept_empty = true;
   } else {
     ap->cur.p->vt->destroy(ap->cur.p);
   }
@@ -199,6 +229,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
                         " with alignment) exceeds the adaptive pool's largest page of %" PRIu64
                         " bytes (BufferTooBig); raise max_page_size",
                         size, eff, ap->max_page);
+  if (may_release(ap)) release_kept(ap);
   if (eff > ap->page_size) return grow(ap, size, eff, lazy, out, diag);
   int rc = ap->cur.p->vt->alloc(ap->cur.p, size, eff, lazy, out, diag);
   fold(ap, &ap->cur);
@@ -240,6 +271,7 @@ static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint6
                       : UINT64_MAX;
   ap->cur.p->vt->cleanup(ap->cur.p, alloc_nr, explicit_cleanup, fits);
   fold(ap, &ap->cur);
+  release_kept(ap); /* cleanups run in unrestricted calls only */
   p->next_cleanup = ap->cur.p->next_cleanup;
 }
 
@@ -289,7 +321,7 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
     if (i > 0) { /* A3 */
       if (g->p->pages == 0) BAD("adaptive pool %u: outdated generation %zu holds no page", pos, i);
       size_t empty = cm__sliced_empty_pages(g->p);
-      if (empty)
+      if (empty && !ap->kept_empty)
         BAD("adaptive pool %u: outdated generation %zu keeps %zu empty page(s)", pos, i, empty);
     }
     if (g->pages_mark != g->p->pages || g->unmapped_mark != g->p->pages_unmapped ||
