@@ -5,7 +5,8 @@
  * Boundary: the manager sits above the pools (pool.h) and the storage. It
  * gives every pool a cm__pool_ctx (pool_ctx below: the storage, the device
  * alignment and max page size, the freed inbox, and pointers to its lazy-id
- * counter, its dry-run depth and its reservation clock) and nothing else; no
+ * counter, its dry-run depth, its reservation clock and the page-update
+ * restriction of the reservation in progress) and nothing else; no
  * pool includes this header or calls back into the manager. The pools keep
  * their own accounting; reserved_total / reserved_peak here are derived from
  * it after each pool call that may change reserved bytes (take_reserved in
