@@ -50,11 +50,13 @@ fuzz:
 # Every benchmark number in one command: bench/results/replay.md (ratios, device
 # calls, ns/op per trace and layout), fit.md (smallest device against PyTorch),
 # objects.md (object size against fit and driver calls), floor.md (the fewest
-# driver calls possible), callgrind.md (instructions per replay operation on
+# driver calls possible), adaptive.md (the Adaptive preset against SubSlices),
+# callgrind.md (instructions per replay operation on
 # cpu/torch-cpu-mobilenet-train) and torch.md (the PyTorch layouts against
 # torchsim and PyTorch's recorded totals).
 bench: build
 	bash bench/replay
+	bash bench/adaptive
 	bash bench/fit $(BUILD) > bench/results/fit.md
 	bash bench/objects $(BUILD) > bench/results/objects.md
 	bash bench/floor > bench/results/floor.md

@@ -8,7 +8,8 @@
  * handles, bindings (from, into, clone, release), bind of a fresh handle to
  * a reserved slice (which leaves clones of the reserved handle stale),
  * lookups (find, get_cursor, get_storage, get_resource with trims), can_mut,
- * persistent windows, periodic and explicit cleanup, install_pools, capture
+ * persistent and dedicated windows, periodic and explicit cleanup, install_pools
+ * (adaptive layouts among others), capture
  * (begin, priming end, end, pins release), dry runs, reports and display.
  *
  * Persistent managers. Building a manager (and its storage, and tearing
@@ -427,6 +428,8 @@ static void install_layout(fuzz_state *s) {
       "sliced:page=2MiB,max-slice=512KiB,max-pool=4MiB;exclusive:max=32MiB,period=8;direct",
       "direct:reclaim=8MiB",
       "exclusive:max=128MiB,period=3",
+      "adaptive",
+      "exclusive:max=0;adaptive:page=64KiB,max=16MiB;direct",
   };
   cm_pool_options_t pools[16];
   size_t n = 0;
@@ -528,7 +531,7 @@ static void one_op(fuzz_state *s) {
     break;
   case 14:
     if ((take(s) & 1) && s->windows < 8) {
-      cm_manager_set_mode(s->m, CM_MODE_PERSISTENT);
+      cm_manager_set_mode(s->m, (take(s) & 3) == 0 ? CM_MODE_DEDICATED : CM_MODE_PERSISTENT);
       s->windows++;
     } else {
       cm_manager_set_mode(s->m, CM_MODE_AUTO); /* unbalanced closes are no-ops */

@@ -177,8 +177,9 @@ CM_API CM_NODISCARD int cm_device_cleanup_stream(cm_device_t *dev, uint64_t stre
 CM_API CM_NODISCARD int cm_device_install_pools(cm_device_t *dev, uint64_t stream,
                                                 const cm_pool_options_t *pools, size_t n,
                                                 cm_diag_t *diag);
-/* Open (PERSISTENT) or close (AUTO) a persistent window on the stream's main
- * manager only. */
+/* Open a persistent (PERSISTENT) or dedicated (DEDICATED) window, or close
+ * the innermost one (AUTO), on the stream's main manager only (see
+ * cm_manager_set_mode). */
 CM_API CM_NODISCARD int cm_device_set_mode(cm_device_t *dev, uint64_t stream,
                                            cm_alloc_mode_t mode, cm_diag_t *diag);
 

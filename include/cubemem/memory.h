@@ -54,6 +54,7 @@ typedef struct cm_location {
 } cm_location_t;
 
 #define CM_PERSISTENT_POOL 255u
+#define CM_DEDICATED_POOL 254u /* reservations of the dedicated mode (cm_alloc_mode_t) */
 
 /* A new, unplaced handle (for bind). Errors: CM_ENOMEM. Any thread. */
 CM_API CM_NODISCARD int cm_handle_new(cm_handle_t *out);
@@ -90,8 +91,8 @@ CM_API uint64_t cm_binding_id(cm_binding_t b);
  * The debug level adds reports at the moment of the misuse: 0 (default)
  * none; 1 a warning through the owning manager's logger (stderr when it has
  * none); 2 the same, then abort(); 3 also runs cm_manager_check after every
- * mutating manager call (reserve, bind, install_pools, cleanup, capture_end,
- * dry_run_end) of managers created at that level, and aborts with the first
+ * mutating manager call (reserve, reserve_restricted, bind, install_pools,
+ * cleanup, capture_end, dry_run_end) of managers created at that level, and aborts with the first
  * violation's message (slow: for tests; CI runs the unit suite at it). It
  * starts as the environment variable CM_DEBUG (read once, on first use), and
  * cm_debug_set_level overrides it.
@@ -114,18 +115,26 @@ typedef enum cm_pool_kind {
   CM_POOL_DIRECT = 2,    /* one storage allocation per slice, exact-size reuse */
   CM_POOL_ARENA = 3,     /* cubemem's default: segregated good-fit arena (see docs) */
   CM_POOL_PERSISTENT = 4, /* the persistent pool (reports only; not a dynamic pool kind) */
+  CM_POOL_ADAPTIVE = 5,   /* sliced pages whose size follows the largest allocation */
+  CM_POOL_DEDICATED = 6,  /* the dedicated pool (reports only; not a dynamic pool kind) */
 } cm_pool_kind_t;
 
 /* One dynamic pool. Fields not used by a kind are ignored. "has_" flags tell
  * an explicit value from "not set" where the spec distinguishes None. */
 typedef struct cm_pool_options {
   cm_pool_kind_t kind;
-  uint64_t page_size;      /* sliced: page bytes; arena: segment/chunk bytes (0 = auto) */
+  uint64_t page_size;      /* sliced: page bytes; arena: segment/chunk bytes (0 = auto);
+                            * adaptive: the first (smallest) page size, 0 = 2 MiB; in a
+                            * report, the adaptive pool's current page size */
   uint64_t max_slice_size; /* sliced: largest slice (has_max_slice_size) */
   bool has_max_slice_size;
   uint64_t max_pool_size; /* sliced/arena: cap in bytes (has_max_pool_size) */
   bool has_max_pool_size;
-  uint64_t max_alloc_size; /* exclusive: largest allocation; arena: largest request */
+  uint64_t max_alloc_size; /* exclusive: largest allocation; arena: largest request;
+                            * sliced: largest request when non-zero (the near-page
+                            * rule then applies only up to it; 0 = no limit);
+                            * adaptive: the largest page size (0 = the device's
+                            * max_page_size), which is also its largest allocation */
   uint64_t dealloc_period; /* exclusive/sliced/arena: release check period in reservations */
   bool has_dealloc_period;
   uint64_t reclaim_at; /* direct: watermark in bytes (has_reclaim_at) */
@@ -166,7 +175,32 @@ typedef enum cm_preset {
   CM_PRESET_DEFAULT = 0,         /* cubemem's own default layout */
   CM_PRESET_SUBSLICES = 1,       /* the reference's SubSlices (spec §5.3) */
   CM_PRESET_EXCLUSIVE_PAGES = 2, /* the reference's ExclusivePages (spec §5.3) */
+  CM_PRESET_ADAPTIVE = 3,        /* the reference's newer Adaptive (see below) */
 } cm_preset_t;
+
+/* The Adaptive preset, in routing order:
+ *  0. exclusive, max_alloc_size 0: zero-byte allocations, each on its own
+ *     page (max_alloc_size 0 accepts size 0 only, as everywhere in cubemem;
+ *     sizes 1..alignment go to pool 1);
+ *  1. sliced, kernel metadata: 8 MiB pages, slices up to 64 KiB (both
+ *     rounded up to the alignment), max_alloc_size 64 KiB: it serves nothing
+ *     larger (no near-page rule, which would give each request of 6.4..8 MiB
+ *     a metadata page of its own);
+ *  2. adaptive pages (CM_POOL_ADAPTIVE): a sliced pool whose page size follows
+ *     the largest allocation it has served. The first page size is 2 MiB
+ *     (capped by max_page_size, rounded up to the alignment). A request whose
+ *     size plus alignment padding exceeds the page makes the page size
+ *     size + 1 MiB, rounded up to 1 MiB and to the alignment, clamped to
+ *     [first page size, max_page_size]; it never shrinks. A request larger
+ *     than max_page_size is CM_ETOOBIG (no pool accepts it), and a request the
+ *     device refuses leaves the page size as it was. A growth puts a new
+ *     sliced pool of the new size in front; the old one becomes OUTDATED: it
+ *     serves no new reservation (even with room), gives each page back to the
+ *     storage as soon as that page empties, and is dropped when it holds no
+ *     page; before the new pool allocates, the old one releases its empty
+ *     pages. Persistent and dedicated reservations never reach the pool, so
+ *     they do not move its page size. Its report gives the current page size
+ *     (options.page_size) and the outdated pools and pages still held. */
 
 /* Build a preset's pool list for `props` into out[0..cap). *out_count gets the
  * number of pools (also when cap is too small: then CM_EINVAL, nothing
@@ -184,7 +218,9 @@ CM_API CM_NODISCARD int cm_pools_resolve(const cm_pool_options_t *in, size_t n,
 
 /* Parse a layout written on a command line, e.g.
  * "sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct"
- * or a preset name ("default", "subslices", "exclusive-pages"). Sizes accept
+ * or a preset name ("default", "subslices", "exclusive-pages", "adaptive"); the
+ * adaptive kind is written "adaptive:page=2MiB,max=20GiB" (first and largest
+ * page size, both optional). Sizes accept
  * B/KiB/MiB/GiB/TiB suffixes. The result is resolved against props. Writes up to
  * cap pools. Errors: CM_ECONFIG/CM_EPARSE with a message naming the bad part. */
 CM_API CM_NODISCARD int cm_pools_parse(const char *text, cm_device_props_t props,
@@ -211,9 +247,18 @@ typedef enum cm_persistent_memory {
   CM_PERSISTENT_ENFORCED = 3,   /* everything persistent */
 } cm_persistent_memory_t;
 
+/* Allocation modes. AUTO: the dynamic pools (and the persistent pool where
+ * the size-match rule says so). PERSISTENT: the persistent pool (weights).
+ * DEDICATED: each reservation is its own storage allocation, outside every
+ * pool (the dedicated pool, CM_DEDICATED_POOL, in reports), never reused and
+ * given back to the storage at the first cleanup or reservation after it is
+ * freed, whatever mode is open then; it does not touch the dynamic pools
+ * (so it never moves an adaptive pool's page size). Use it where a buffer
+ * must not share memory with others (e.g. a bandwidth probe). */
 typedef enum cm_alloc_mode {
   CM_MODE_AUTO = 0,
   CM_MODE_PERSISTENT = 1,
+  CM_MODE_DEDICATED = 2,
 } cm_alloc_mode_t;
 
 typedef struct cm_manager cm_manager_t;
@@ -256,6 +301,35 @@ CM_API void cm_manager_destroy(cm_manager_t *m);
  * CM_ENOMEM. On error *out is empty and the manager is unchanged. */
 CM_API CM_NODISCARD int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out,
                                            cm_diag_t *diag);
+/* Page-update restrictions of one reservation (cm_manager_reserve_restricted),
+ * for callers that hold page locations (cm_manager_find) or raw addresses
+ * the reservation must not disturb. */
+typedef enum cm_page_updates {
+  CM_PAGES_ALLOW = 0,     /* as cm_manager_reserve */
+  /* may allocate new pages, but gives back, releases and renumbers none: no
+   * cleanup runs, dedicated allocations freed earlier are not given back,
+   * an out-of-memory device gets no release-and-retry, releases queued
+   * since the last manager call are taken in by the next unrestricted one,
+   * an adaptive pool's growth keeps the old pool's empty pages (given back
+   * when the pool next allocates a page unrestricted, or at the next
+   * cleanup) and a direct pool's
+   * reclaim_at watermark waits. The arena pool still gives free mapped
+   * objects back when the device refuses a mapping (never live memory). */
+  CM_PAGES_ADD_ONLY = 1,
+  /* as ADD_ONLY, and allocates no page either: only room the pools already
+   * hold (the first accepting pool with room; a free persistent slice of the
+   * effective size in a persistent window); else CM_EBUSY. A dedicated
+   * reservation always allocates, so it is CM_EBUSY too. */
+  CM_PAGES_FORBIDDEN = 2,
+} cm_page_updates_t;
+
+/* cm_manager_reserve with the call's page updates restricted as above.
+ * Errors: as cm_manager_reserve, CM_EBUSY (FORBIDDEN and no held room
+ * fits), CM_EINVAL (unknown restriction). On error *out is empty and the
+ * manager is unchanged. Same threading as every manager call. */
+CM_API CM_NODISCARD int cm_manager_reserve_restricted(cm_manager_t *m, uint64_t size,
+                                                      cm_page_updates_t updates,
+                                                      cm_handle_t *out, cm_diag_t *diag);
 /* Bind an assigned (client-created) handle to the slice of `reserved`
  * (spec §3.3). Consumes `reserved` on success AND on failure; `assigned` is
  * borrowed (the manager takes its own reference). Errors: CM_ENOTFOUND. */
@@ -283,8 +357,19 @@ CM_API CM_NODISCARD int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b,
 
 /* Periodic (explicit=false) or explicit cleanup (spec §5.5). */
 CM_API void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup);
-/* Open (PERSISTENT) or close (AUTO) a persistent window (spec §5.6). */
+/* Open a persistent (PERSISTENT) or dedicated (DEDICATED) window, or close
+ * the innermost open window (AUTO) (spec §5.6). Windows nest; the innermost
+ * one sets the mode: a dedicated window inside a persistent one reserves
+ * dedicated memory, a persistent window inside a dedicated one persistent
+ * memory; with none open the mode is AUTO. With persistent_memory DISABLED
+ * or ENFORCED persistent windows change nothing (the mode stays AUTO or
+ * PERSISTENT) but dedicated windows still apply. During a graph capture the
+ * mode stays PERSISTENT; windows opened or closed meanwhile take effect when
+ * it ends. Windows nest to any depth; past 64 alternations between the two
+ * kinds, a deeper window keeps the mode of the one enclosing it (logged as a
+ * warning). Unknown modes are ignored. NULL ok. */
 CM_API void cm_manager_set_mode(cm_manager_t *m, cm_alloc_mode_t mode);
+/* The mode reservations get now (PERSISTENT while capturing). NULL: AUTO. */
 CM_API cm_alloc_mode_t cm_manager_mode(const cm_manager_t *m);
 
 /* Replace the dynamic pools (spec §5.9 with the [REC] fixes). The list is used
@@ -333,6 +418,10 @@ typedef struct cm_pool_report {
    * kinds do not keep the figure). */
   uint64_t bytes_cached;
   bool has_cached;
+  /* Adaptive pools: the outdated pools still held (older page sizes waiting
+   * for their last allocations) and their pages. 0 for other kinds. */
+  uint64_t outdated_pools;
+  uint64_t outdated_pages;
 } cm_pool_report_t;
 
 /* Reports. cm_manager_usage, cm_manager_pool_report, cm_manager_display and
@@ -349,8 +438,9 @@ typedef struct cm_pool_report {
 CM_API void cm_manager_usage(cm_manager_t *m, cm_usage_t *out);
 /* Number of dynamic pools. */
 CM_API size_t cm_manager_pool_count(const cm_manager_t *m);
-/* Report of dynamic pool `index` (routing order), or of the persistent pool
- * when index == CM_PERSISTENT_POOL. Errors: CM_EINVAL for a bad index. */
+/* Report of dynamic pool `index` (routing order), of the persistent pool
+ * when index == CM_PERSISTENT_POOL, or of the dedicated pool when index ==
+ * CM_DEDICATED_POOL. Errors: CM_EINVAL for a bad index. */
 CM_API CM_NODISCARD int cm_manager_pool_report(cm_manager_t *m, size_t index,
                                                cm_pool_report_t *out);
 /* Peak of the manager's total bytes_reserved since creation. */

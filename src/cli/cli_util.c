@@ -169,8 +169,8 @@ int cli_unknown_option(const char *cmd, const char *arg, const char *const *opti
 
 /* ---- --pools ---------------------------------------------------------------------- */
 
-static const char *const k_presets[] = {"default", "subslices", "exclusive-pages"};
-static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena"};
+static const char *const k_presets[] = {"default", "subslices", "exclusive-pages", "adaptive"};
+static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena", "adaptive"};
 /* The option keys and their field-name synonyms are the library's
  * (cm_pools_keys): the checker below knows no list of its own. */
 
@@ -226,7 +226,7 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
   *out = NULL;
   err[0] = '\0';
   if (!strcmp(text, "sub-slices") || !strcmp(text, "exclusive") ||
-      is_one_of(text, strlen(text), k_presets, 3)) {
+      is_one_of(text, strlen(text), k_presets, 4)) {
     *out = strdup(text);
     return *out ? 0 : -1;
   }
@@ -245,19 +245,20 @@ int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
     size_t kl = colon ? (size_t)(colon - p) : len;
     char kind[64];
     snprintf(kind, sizeof kind, "%.*s", (int)(kl < 63 ? kl : 63), p);
-    if (!is_one_of(p, kl, k_kinds, 4)) {
-      const char *all[7] = {k_presets[0], k_presets[1], k_presets[2], k_kinds[0],
-                            k_kinds[1],   k_kinds[2],   k_kinds[3]};
-      const char *s = cli_suggest(kind, all, 7);
+    if (!is_one_of(p, kl, k_kinds, 5)) {
+      const char *all[8] = {k_presets[0], k_presets[1], k_presets[2], k_presets[3],
+                            k_kinds[0],   k_kinds[1],   k_kinds[2],  k_kinds[3]};
+      const char *s = cli_suggest(kind, all, 8);
       char hint[96] = "";
       if (s) snprintf(hint, sizeof hint, "did you mean '%s'? ", s);
       if (single)
         snprintf(err, cap, "unknown layout '%s'; %sexpected a preset (default, subslices, "
-                 "exclusive-pages) or a pool list of sliced, exclusive, direct and arena pools, "
-                 "e.g. 'sliced:page=8MiB;direct'", kind, hint);
+                 "exclusive-pages, adaptive) or a pool list of sliced, exclusive, direct, arena "
+                 "and adaptive pools, e.g. 'sliced:page=8MiB;direct'", kind, hint);
       else
-        snprintf(err, cap, "pool %zu: unknown kind '%s'; %sexpected sliced, exclusive, direct or "
-                 "arena (presets default, subslices and exclusive-pages stand alone)",
+        snprintf(err, cap, "pool %zu: unknown kind '%s'; %sexpected sliced, exclusive, direct, "
+                 "arena or adaptive (presets default, subslices, exclusive-pages and adaptive "
+                 "stand alone)",
                  idx, kind, hint);
       free(buf);
       return 1;

@@ -159,6 +159,9 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
             ",\"reserved_peak\":%" PRIu64 ",\"largest_alloc\":%" PRIu64,
             p->pages, p->pages_peak, p->usage.bytes_reserved, p->bytes_reserved_peak,
             p->largest_alloc);
+    if (p->options.kind == CM_POOL_ADAPTIVE)
+      fprintf(f, ",\"outdated_pools\":%" PRIu64 ",\"outdated_pages\":%" PRIu64, p->outdated_pools,
+              p->outdated_pages);
     if (r->pool_reserved_at_peak)
       fprintf(f, ",\"reserved_at_device_peak\":%" PRIu64, r->pool_reserved_at_peak[j]);
     fputc('}', f);
@@ -474,7 +477,9 @@ static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n)
         if (!p->pages_peak && !p->largest_alloc) continue; /* unused persistent pool */
         snprintf(desc, sizeof desc, "persistent");
       } else {
-        cm_pools_format(&p->options, 1, desc, sizeof desc);
+        size_t k = cm_pools_format(&p->options, 1, desc, sizeof desc);
+        if (p->options.kind == CM_POOL_ADAPTIVE && k < sizeof desc)
+          snprintf(desc + k, sizeof desc - k, " outdated=%" PRIu64, p->outdated_pages);
       }
       fmt_bytes(p->usage.bytes_reserved, r1, sizeof r1);
       fmt_bytes(p->bytes_reserved_peak, r2, sizeof r2);

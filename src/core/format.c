@@ -85,11 +85,15 @@ size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap) {
     sb_pool(&s, m->pools[i]);
     sb_printf(&s, "\n");
   }
+  if (m->dedicated->pages) {
+    sb_printf(&s, "\n## Dedicated\n\n");
+    sb_pool(&s, m->dedicated);
+  }
   sb_printf(&s, "\n## Summary\n\n");
   cm_usage_t u;
   memset(&u, 0, sizeof u);
-  for (size_t i = 0; i <= m->npools; i++) {
-    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+  for (size_t i = 0; i <= m->npools + 1; i++) {
+    cm__pool *p = i < m->npools ? m->pools[i] : i == m->npools ? m->persistent : m->dedicated;
     u.number_allocs += p->usage.number_allocs;
     u.bytes_in_use += p->usage.bytes_in_use;
     u.bytes_padding += p->usage.bytes_padding;

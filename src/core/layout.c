@@ -1,6 +1,6 @@
 /*
  * layout.c - pool layouts: the reference presets SubSlices and ExclusivePages
- * computed exactly as spec §5.3 shows, resolution and validation of explicit
+ * computed exactly as spec §5.3 shows, the newer Adaptive preset (memory.h), resolution and validation of explicit
  * lists (§11.5, with its error texts), and the command-line syntax
  *   "sliced:page=8MiB,max-slice=2MiB,cap=64MiB;exclusive:max=128MiB,period=5000;direct"
  * Exports: cm_pools_preset, cm_pools_resolve, cm_pools_parse, cm_pools_format,
@@ -89,12 +89,29 @@ static void exclusive_pages(cm_device_props_t pr, cm_pool_options_t *out, size_t
   }
 }
 
+/* Adaptive (memory.h): zero-byte exclusive pages, the 8 MiB / 64 KiB
+ * metadata pool (serving nothing above 64 KiB: without the limit the
+ * near-page rule would give each request of 6.4..8 MiB an 8 MiB metadata
+ * page of its own), then the adaptive pages. */
+static void adaptive(cm_device_props_t pr, cm_pool_options_t *out, size_t cap, size_t *n) {
+  uint64_t A = pr.alignment ? pr.alignment : 1;
+  emit(out, cap, n, exclusive(0, false, 0));
+  cm_pool_options_t meta = sliced(rup(8 * MIB, A), rup(64 * 1024, A));
+  meta.max_alloc_size = meta.max_slice_size; /* tiny buffers only: no near-page rule */
+  emit(out, cap, n, meta);
+  cm_pool_options_t o = {0};
+  o.kind = CM_POOL_ADAPTIVE;
+  cm__adaptive_bounds(A, pr.max_page_size, 0, 0, &o.page_size, &o.max_alloc_size);
+  emit(out, cap, n, o);
+}
+
 int cm_pools_preset(cm_preset_t preset, cm_device_props_t props, cm_pool_options_t *out,
                     size_t cap, size_t *out_count) {
   size_t n = 0;
   switch (preset) {
     case CM_PRESET_SUBSLICES: subslices(props, out, cap, &n); break;
     case CM_PRESET_EXCLUSIVE_PAGES: exclusive_pages(props, out, cap, &n); break;
+    case CM_PRESET_ADAPTIVE: adaptive(props, out, cap, &n); break;
     case CM_PRESET_DEFAULT: {
       int rc = cm__preset_default(props, out, cap, &n);
       if (rc) return rc;
@@ -132,6 +149,8 @@ int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t pr
         if (!cm__round_up(o.page_size, A, &o.page_size))
           return cm__diag_set(diag, CM_ECONFIG, "`page_size` overflows when aligned");
         if (o.kind == CM_POOL_ARENA) break;
+        if (!cm__round_up(o.max_alloc_size, A, &o.max_alloc_size))
+          return cm__diag_set(diag, CM_ECONFIG, "`max_alloc_size` overflows when aligned");
         if (o.has_max_slice_size) {
           if (o.max_slice_size == 0)
             return cm__diag_set(diag, CM_ECONFIG, "`max_slice_size` must be non-zero");
@@ -164,10 +183,19 @@ int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t pr
         }
         break;
       }
+      case CM_POOL_ADAPTIVE:
+        /* 0 means the default; a floor above the largest page is capped */
+        cm__adaptive_bounds(A, props.max_page_size, o.page_size, o.max_alloc_size, &o.page_size,
+                            &o.max_alloc_size);
+        break;
       case CM_POOL_PERSISTENT:
         return cm__diag_set(diag, CM_ECONFIG,
                             "pool %zu: the persistent pool is not a dynamic pool kind (weights go "
                             "to it through persistent windows)", i);
+      case CM_POOL_DEDICATED:
+        return cm__diag_set(diag, CM_ECONFIG,
+                            "pool %zu: the dedicated pool is not a dynamic pool kind (reservations "
+                            "go to it in the dedicated allocation mode)", i);
       default: return cm__diag_set(diag, CM_ECONFIG, "pool %zu has an unknown kind", i);
     }
     out[i] = o;
@@ -227,6 +255,7 @@ static int preset_named(const char *text) {
   if (!strcmp(text, "subslices") || !strcmp(text, "sub-slices")) return CM_PRESET_SUBSLICES;
   if (!strcmp(text, "exclusive-pages") || !strcmp(text, "exclusive"))
     return CM_PRESET_EXCLUSIVE_PAGES;
+  if (!strcmp(text, "adaptive")) return CM_PRESET_ADAPTIVE;
   return -1;
 }
 
@@ -307,10 +336,11 @@ static int parse_pool(const char *p, size_t len, size_t idx, cm_pool_options_t *
   else if (key_is(p, kl, "exclusive")) o->kind = CM_POOL_EXCLUSIVE;
   else if (key_is(p, kl, "direct")) o->kind = CM_POOL_DIRECT;
   else if (key_is(p, kl, "arena")) o->kind = CM_POOL_ARENA;
+  else if (key_is(p, kl, "adaptive")) o->kind = CM_POOL_ADAPTIVE;
   else
     return cm__diag_set(diag, CM_EPARSE,
-                        "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct or "
-                        "arena",
+                        "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct, "
+                        "arena or adaptive",
                         idx, (int)kl, p);
   const char *q = colon ? colon + 1 : p + len;
   const char *qend = p + len;
@@ -384,6 +414,10 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
         w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
         fmt_size(v, sizeof v, o->has_max_slice_size ? o->max_slice_size : o->page_size);
         w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_SLICE], v);
+        if (o->max_alloc_size) {
+          fmt_size(v, sizeof v, o->max_alloc_size);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+        }
         break;
       case CM_POOL_EXCLUSIVE:
         w = snprintf(tmp, sizeof tmp, "exclusive");
@@ -418,7 +452,19 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
           w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_KEEP], v);
         }
         break;
+      case CM_POOL_ADAPTIVE:
+        w = snprintf(tmp, sizeof tmp, "adaptive");
+        if (o->page_size) {
+          fmt_size(v, sizeof v, o->page_size);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
+        }
+        if (o->max_alloc_size) {
+          fmt_size(v, sizeof v, o->max_alloc_size);
+          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+        }
+        break;
       case CM_POOL_PERSISTENT: w = snprintf(tmp, sizeof tmp, "persistent"); break;
+      case CM_POOL_DEDICATED: w = snprintf(tmp, sizeof tmp, "dedicated"); break;
       default: w = snprintf(tmp, sizeof tmp, "unknown"); break;
     }
     if (o->has_max_pool_size && (o->kind == CM_POOL_SLICED || o->kind == CM_POOL_ARENA)) {

@@ -1,6 +1,7 @@
 /*
  * manager.c - the memory manager (spec §5): routing, handles, modes and
- * persistent windows, cleanup, install_pools, capture, dry runs, lookups.
+ * persistent/dedicated windows, cleanup, install_pools, capture, dry runs,
+ * lookups.
  *
  * Algorithm. reserve(size) drains the freed inbox (slices released from any
  * thread since the last call), runs the periodic cleanup, then routes: the
@@ -34,7 +35,16 @@
 /* ---- pools ----------------------------------------------------------------- */
 
 static cm__pool *pool_of(cm_manager_t *m, const cm__slice *s) {
-  return s->pool == CM_PERSISTENT_POOL ? m->persistent : m->pools[s->pool];
+  if (s->pool == CM_PERSISTENT_POOL) return m->persistent;
+  if (s->pool == CM_DEDICATED_POOL) return m->dedicated;
+  return m->pools[s->pool];
+}
+
+/* Every pool by number: the dynamic ones, then the persistent and the
+ * dedicated pool (i < npools + 2). */
+static cm__pool *pool_at(const cm_manager_t *m, size_t i) {
+  if (i < m->npools) return m->pools[i];
+  return i == m->npools ? m->persistent : m->dedicated;
 }
 
 /* Fold pool p's reserved-bytes change since the last take into the totals;
@@ -101,6 +111,8 @@ void cm__manager_drain(cm_manager_t *m) {
       cm__pool *p = pool_of(m, s);
       cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
+      /* a release may give a page back (an adaptive pool's outdated ones) */
+      if (__builtin_expect(p->reserved_mark != p->usage.bytes_reserved, 0)) take_reserved(m, p);
     }
     d = next;
   }
@@ -150,6 +162,7 @@ static int hand_out(cm_manager_t *m, cm__pool *p, cm__slice *s, uint64_t size, c
                     cm_diag_t *diag) {
   if (!s->desc && !cm__slice_new_desc(p, s)) {
     p->vt->on_free(p, s); /* give it back untouched */
+    take_reserved(m, p);
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a descriptor");
   }
   cm__pool_mark_used(p, s, size);
@@ -176,7 +189,9 @@ static int build_pool(cm_manager_t *m, const cm_pool_options_t *o, uint8_t pos, 
     case CM_POOL_EXCLUSIVE: return cm__pool_exclusive_new(&m->pool_ctx, o, pos, out);
     case CM_POOL_DIRECT: return cm__pool_direct_new(&m->pool_ctx, o, pos, out);
     case CM_POOL_ARENA: return cm__pool_arena_new(&m->pool_ctx, o, pos, out);
-    case CM_POOL_PERSISTENT: break; /* not a dynamic pool (cm_pools_resolve refuses it) */
+    case CM_POOL_ADAPTIVE: return cm__pool_adaptive_new(&m->pool_ctx, o, pos, out);
+    case CM_POOL_PERSISTENT: /* not dynamic pools (cm_pools_resolve refuses them) */
+    case CM_POOL_DEDICATED: break;
   }
   return CM_EINVAL;
 }
@@ -233,11 +248,13 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
                                .inbox = &m->inbox,
                                .lazy_ids = &m->lazy_next_id,
                                .dry_runs = &m->dry_runs,
+                               .page_updates = &m->page_updates,
                                .reserve_clock = &m->alloc_reserve_count};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else
     m->mode = m->pm == CM_PERSISTENT_ENFORCED ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+  m->base_mode = m->mode;
 
   cm_pool_options_t preset[64];
   const cm_pool_options_t *list = cfg->pools;
@@ -251,9 +268,11 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
     list = preset;
   }
   int rc = cm__pool_persistent_new(&m->pool_ctx, &m->persistent);
+  if (rc == CM_OK) rc = cm__pool_dedicated_new(&m->pool_ctx, &m->dedicated);
   if (rc == CM_OK) rc = build_pools(m, list, n, m->pools, diag);
   if (rc != CM_OK) {
     if (m->persistent) m->persistent->vt->destroy(m->persistent);
+    if (m->dedicated) m->dedicated->vt->destroy(m->dedicated);
     free(m);
     return rc;
   }
@@ -271,6 +290,7 @@ void cm_manager_destroy(cm_manager_t *m) {
   cm__manager_drain(m);
   for (size_t i = 0; i < m->npools; i++) m->pools[i]->vt->destroy(m->pools[i]);
   m->persistent->vt->destroy(m->persistent);
+  m->dedicated->vt->destroy(m->dedicated);
   cm_storage_flush(m->storage);
   cm_storage_destroy(m->storage);
   free(m);
@@ -285,6 +305,14 @@ static size_t route(const cm_manager_t *m, uint64_t size) {
   return m->npools;
 }
 
+/* The dedicated pool gives back its freed allocations (its next_cleanup is
+ * UINT64_MAX when it holds none). */
+static void give_back_dedicated(cm_manager_t *m) {
+  if (m->dedicated->next_cleanup == UINT64_MAX) return;
+  m->dedicated->vt->cleanup(m->dedicated, m->alloc_reserve_count, true, UINT64_MAX);
+  take_reserved(m, m->dedicated);
+}
+
 /* Cleanup. `target` is the pool the request being served routes to (only it
  * keeps memory that would serve `serving`, §15.1 item 6), npools when none. */
 static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t serving,
@@ -296,6 +324,7 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
     m->persistent->vt->cleanup(m->persistent, m->alloc_reserve_count, true, serving);
     take_reserved(m, m->persistent);
   }
+  give_back_dedicated(m);
   for (size_t i = 0; i < m->npools; i++) {
     m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
                              i == target ? serving : UINT64_MAX);
@@ -407,9 +436,41 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
   return rc;
 }
 
-/* Does the persistent pool have a slice of effective size eff? */
+static int reserve_dedicated(cm_manager_t *m, uint64_t size, uint64_t eff, bool lazy,
+                             cm_handle_t *out, cm_diag_t *diag) {
+  cm__pool *p = m->dedicated;
+  cm__slice *s = NULL;
+  cm_diag_t d2;
+  cm_diag_clear(&d2);
+  int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
+  take_reserved(m, p);
+  if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
+  if (rc != CM_OK) {
+    if (diag) *diag = d2;
+    return rc;
+  }
+  if (LOG_ON(m, CM_LOG_FULL)) {
+    char b[32];
+    cm_format_bytes(size, b, sizeof b);
+    cm_logger_printf(m->logger, CM_LOG_FULL, "[%s] Reserved memory %s as a dedicated allocation",
+                     m->name, b);
+  }
+  return hand_out(m, p, s, size, out, diag);
+}
 
+/* A FORBIDDEN reservation found no held room. */
+static int no_held_room(cm_diag_t *diag, uint64_t size, const char *where) {
+  return cm__diag_set(diag, CM_EBUSY,
+                      "no memory already held fits an allocation of %" PRIu64
+                      " bytes (%s) and this reservation may not allocate pages "
+                      "(CM_PAGES_FORBIDDEN); reserve it with CM_PAGES_ADD_ONLY or CM_PAGES_ALLOW",
+                      size, where);
+}
+
+/* `up` restricts the call's page updates (cm_manager_reserve_restricted);
+ * CM_PAGES_ALLOW from cm_manager_reserve, where it folds away. */
 static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, uint64_t size,
+                                                             cm_page_updates_t up,
                                                              cm_handle_t *out, cm_diag_t *diag) {
   if (!out) return cm__diag_set(diag, CM_EINVAL, "out is NULL");
   out->d = NULL;
@@ -420,21 +481,32 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
                         "an allocation of %" PRIu64 " bytes overflows when padded to the "
                         "alignment of %" PRIu64,
                         size, m->props.alignment);
-  cm__manager_drain(m);
+  /* Restricted calls give nothing back: releases queued since the last call
+   * wait for the next unrestricted one (taking them in can give an adaptive
+   * pool's outdated pages back), and no cleanup runs. */
+  bool may_release = up == CM_PAGES_ALLOW;
+  bool may_add = up != CM_PAGES_FORBIDDEN;
+  if (may_release) cm__manager_drain(m);
   m->alloc_reserve_count++;
   size_t first = route(m, size);
-  if (m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
+  if (may_release && m->alloc_reserve_count >= m->next_cleanup && !m->capturing)
     cleanup_impl(m, false, size, first);
   else if (cm__storage_pending(m->storage))
     cm_storage_flush(m->storage); /* deferred frees from the last call's pool work */
   bool lazy = m->dry_runs > 0;
+  if (may_release && !m->capturing) give_back_dedicated(m);
+  if (m->mode == CM_MODE_DEDICATED) {
+    if (!may_add) return no_held_room(diag, size, "a dedicated reservation always allocates");
+    return reserve_dedicated(m, size, eff, lazy, out, diag);
+  }
   bool P = m->mode == CM_MODE_PERSISTENT;
   bool S = m->pm == CM_PERSISTENT_SIZE_MATCH;
   if (P || S) {
     bool done;
-    bool may_alloc = P || cm__persistent_has_size(m->persistent, eff);
+    bool may_alloc = may_add && (P || cm__persistent_has_size(m->persistent, eff));
     int rc = reserve_persistent(m, size, eff, may_alloc, lazy, out, diag, &done);
     if (done) return rc;
+    if (P) return no_held_room(diag, size, "no free persistent slice of its size");
   }
   if (LOG_ON(m, CM_LOG_FULL)) {
     char b[32];
@@ -451,11 +523,13 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     any = true;
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);
+    if (!may_add) continue; /* only held room: the next accepting pool's */
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
     take_reserved(m, p);
-    if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
+    if (rc == CM_EOOM && !m->capturing && may_release)
+      rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
     if (rc == CM_OK) {
       rc = hand_out(m, p, s, size, out, diag);
       if (rc == CM_OK && LOG_ON(m, CM_LOG_FULL)) {
@@ -485,7 +559,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     if (diag) *diag = cap_diag;
     return cap_err;
   }
-  (void)any;
+  if (any && !may_add) return no_held_room(diag, size, "no held room in an accepting pool");
   return cm__diag_set(diag, CM_ETOOBIG,
                       "no memory pool accepts an allocation of %" PRIu64
                       " bytes (BufferTooBig); install a layout with a pool for this size",
@@ -493,8 +567,24 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
 }
 
 int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out, cm_diag_t *diag) {
-  int rc = reserve_impl(m, size, out, diag);
+  int rc = reserve_impl(m, size, CM_PAGES_ALLOW, out, diag);
   if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_reserve");
+  return rc;
+}
+
+int cm_manager_reserve_restricted(cm_manager_t *m, uint64_t size, cm_page_updates_t updates,
+                                  cm_handle_t *out, cm_diag_t *diag) {
+  if (out) out->d = NULL;
+  if (updates != CM_PAGES_ALLOW && updates != CM_PAGES_ADD_ONLY &&
+      updates != CM_PAGES_FORBIDDEN)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "unknown page-update restriction %d; expected CM_PAGES_ALLOW, "
+                        "CM_PAGES_ADD_ONLY or CM_PAGES_FORBIDDEN",
+                        (int)updates);
+  if (m) m->page_updates = (uint8_t)updates; /* the pools read it (pool_ctx) */
+  int rc = reserve_impl(m, size, updates, out, diag);
+  if (m) m->page_updates = CM_PAGES_ALLOW;
+  if (__builtin_expect(m && m->debug_checks, 0)) debug_check(m, "cm_manager_reserve_restricted");
   return rc;
 }
 
@@ -606,15 +696,67 @@ int cm_manager_bind(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned,
 /* ---- modes ----------------------------------------------------------------------- */
 
 static const char *mode_name(cm_alloc_mode_t md) {
-  return md == CM_MODE_PERSISTENT ? "Persistent" : "Auto";
+  return md == CM_MODE_PERSISTENT ? "Persistent" : md == CM_MODE_DEDICATED ? "Dedicated" : "Auto";
+}
+
+static uint64_t dedicated_windows(const cm_manager_t *m) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < m->nruns; i++)
+    if (m->runs[i].kind == CM_MODE_DEDICATED) n += m->runs[i].count;
+  return n;
+}
+
+static void window_open(cm_manager_t *m, cm_alloc_mode_t kind) {
+  size_t top = m->nruns;
+  if (m->overflow == 0 && top > 0 && m->runs[top - 1].kind == kind) {
+    m->runs[top - 1].count++;
+  } else if (m->overflow == 0 && top < sizeof m->runs / sizeof m->runs[0]) {
+    m->runs[top].kind = kind;
+    m->runs[top].count = 1;
+    m->nruns++;
+  } else {
+    m->overflow++;
+    if (!m->overflow_warned) {
+      m->overflow_warned = true;
+      m->warnings++;
+      char msg[256];
+      snprintf(msg, sizeof msg,
+               "[%s] more than %zu alternations of persistent and dedicated windows are open; "
+               "deeper windows keep the mode of the window enclosing them",
+               m->name, sizeof m->runs / sizeof m->runs[0]);
+      cm_logger_warn(m->logger, msg);
+    }
+  }
+}
+
+static void window_close(cm_manager_t *m) {
+  if (m->overflow > 0) {
+    m->overflow--;
+  } else if (m->nruns > 0 && --m->runs[m->nruns - 1].count == 0) {
+    m->nruns--;
+  }
+}
+
+/* The mode the open windows give. */
+static cm_alloc_mode_t window_mode(const cm_manager_t *m) {
+  if (m->nruns == 0) return m->base_mode;
+  if (m->runs[m->nruns - 1].kind == CM_MODE_DEDICATED) return CM_MODE_DEDICATED;
+  if (m->pm == CM_PERSISTENT_DISABLED) return CM_MODE_AUTO;
+  return CM_MODE_PERSISTENT;
 }
 
 void cm_manager_set_mode(cm_manager_t *m, cm_alloc_mode_t mode) {
   if (!m) return;
-  if (m->pm == CM_PERSISTENT_DISABLED || m->pm == CM_PERSISTENT_ENFORCED) return;
-  if (mode == CM_MODE_PERSISTENT) m->windows++;
-  else if (m->windows > 0) m->windows--;
-  cm_alloc_mode_t now = m->windows > 0 ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+  if (mode != CM_MODE_AUTO && mode != CM_MODE_PERSISTENT && mode != CM_MODE_DEDICATED) return;
+  bool fixed = m->pm == CM_PERSISTENT_DISABLED || m->pm == CM_PERSISTENT_ENFORCED;
+  /* With a fixed persistent setting, persistent windows change nothing: they
+   * are not even counted while no dedicated window is open (so they always
+   * enclose every counted window, and nesting stays consistent). */
+  if (fixed && mode != CM_MODE_DEDICATED && dedicated_windows(m) == 0) return;
+  if (mode == CM_MODE_AUTO) window_close(m);
+  else window_open(m, mode);
+  if (!fixed) m->base_mode = CM_MODE_AUTO;
+  cm_alloc_mode_t now = window_mode(m);
   cm_alloc_mode_t old = m->capturing ? m->restore_mode : m->mode;
   if (LOG_ON(m, CM_LOG_BASIC))
     cm_logger_printf(m->logger, CM_LOG_BASIC, "[%s] Setting memory allocation mode: from %s => %s",
@@ -763,8 +905,8 @@ void cm_manager_usage(cm_manager_t *m, cm_usage_t *out) {
   memset(out, 0, sizeof *out);
   if (!m) return;
   cm__manager_drain(m);
-  for (size_t i = 0; i <= m->npools; i++) {
-    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+  for (size_t i = 0; i < m->npools + 2; i++) {
+    cm__pool *p = pool_at(m, i);
     out->number_allocs += p->usage.number_allocs;
     out->bytes_in_use += p->usage.bytes_in_use;
     out->bytes_padding += p->usage.bytes_padding;
@@ -778,6 +920,7 @@ int cm_manager_pool_report(cm_manager_t *m, size_t index, cm_pool_report_t *out)
   if (!m || !out) return CM_EINVAL;
   cm__pool *p;
   if (index == CM_PERSISTENT_POOL) p = m->persistent;
+  else if (index == CM_DEDICATED_POOL) p = m->dedicated;
   else if (index < m->npools) p = m->pools[index];
   else return CM_EINVAL;
   cm__manager_drain(m);
@@ -793,6 +936,7 @@ int cm_manager_pool_report(cm_manager_t *m, size_t index, cm_pool_report_t *out)
     out->bytes_cached = p->vt->cached(p);
     out->has_cached = true;
   }
+  if (p->vt->report) p->vt->report(p, out);
   return CM_OK;
 }
 
@@ -822,8 +966,8 @@ size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag) {
   cm__manager_drain(m);
   size_t bad = 0;
   uint64_t total = 0;
-  for (size_t i = 0; i <= m->npools; i++) {
-    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+  for (size_t i = 0; i < m->npools + 2; i++) {
+    cm__pool *p = pool_at(m, i);
     size_t b = p->vt->check(p, diag);
     if (b && diag && !diag->message[0])
       cm__diag_set(diag, CM_ECORRUPT, "pool %zu (%s): %zu violations", i, p->vt->name, b);
@@ -839,8 +983,8 @@ size_t cm_manager_check(cm_manager_t *m, cm_diag_t *diag) {
   /* M4: reference counts that wrapped around (a handle or binding released
    * more often than obtained; see memory.h, misuse detection) */
   refcheck_ctx rc = {0, 0};
-  for (size_t i = 0; i <= m->npools; i++) {
-    cm__pool *p = i < m->npools ? m->pools[i] : m->persistent;
+  for (size_t i = 0; i < m->npools + 2; i++) {
+    cm__pool *p = pool_at(m, i);
     p->vt->for_each(p, refcheck_slice, &rc);
   }
   if (rc.bad) {

@@ -5,7 +5,8 @@
  * Boundary: the manager sits above the pools (pool.h) and the storage. It
  * gives every pool a cm__pool_ctx (pool_ctx below: the storage, the device
  * alignment and max page size, the freed inbox, and pointers to its lazy-id
- * counter, its dry-run depth and its reservation clock) and nothing else; no
+ * counter, its dry-run depth, its reservation clock and the page-update
+ * restriction of the reservation in progress) and nothing else; no
  * pool includes this header or calls back into the manager. The pools keep
  * their own accounting; reserved_total / reserved_peak here are derived from
  * it after each pool call that may change reserved bytes (take_reserved in
@@ -25,10 +26,21 @@ struct cm_manager {
   cm__pool *pools[CM_MAX_DYNAMIC_POOLS];
   size_t npools;
   cm__pool *persistent;        /* always present, position 255 */
+  cm__pool *dedicated;         /* always present, position 254 (CM_MODE_DEDICATED) */
   cm__inbox inbox;             /* descriptors released from any thread */
   uint64_t alloc_reserve_count; /* reservations so far; the pools read it (pool_ctx) */
   cm_alloc_mode_t mode;        /* effective mode */
-  uint64_t windows;            /* open persistent windows */
+  cm_alloc_mode_t base_mode;   /* the mode while no window is open */
+  /* open windows (cm_manager_set_mode), innermost last, run-length coded:
+   * runs of windows of one kind; windows past the 64th run are `overflow`
+   * (they keep the enclosing mode) */
+  struct {
+    cm_alloc_mode_t kind;
+    uint64_t count;
+  } runs[64];
+  size_t nruns;
+  uint64_t overflow;
+  bool overflow_warned;
   cm_persistent_memory_t pm;
   cm_logger_t *logger;         /* borrowed */
   cm_log_level_t log_level;    /* cached: the logger's level is immutable */
@@ -42,6 +54,7 @@ struct cm_manager {
   size_t nprimed, capprimed;
   /* dry runs (spec §6) */
   uint64_t dry_runs;     /* open dry runs; the pools read it (pool_ctx) */
+  uint8_t page_updates;  /* the reservation in progress's cm_page_updates_t (pool_ctx) */
   uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down; pools mint them */
   /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */
   uint64_t reserved_total, reserved_peak;

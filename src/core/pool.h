@@ -45,6 +45,10 @@ typedef struct cm__pool_ctx {
   cm__inbox *inbox;              /* the owner's freed inbox: slices' descriptors belong to it */
   uint64_t *lazy_ids;            /* next id for lazily reserved memory (counts down, shared) */
   const uint64_t *dry_runs;      /* open dry runs (spec §6); > 0: memory is reserved lazily */
+  /* the cm_page_updates_t of the reservation in progress: under
+   * CM_PAGES_ADD_ONLY an alloc gives nothing back (CM_PAGES_FORBIDDEN calls
+   * no alloc) */
+  const uint8_t *page_updates;
   const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
 } cm__pool_ctx;
 
@@ -63,9 +67,11 @@ typedef struct cm__slice {
   uint8_t touched;     /* capture: handed out during the current window */
 } cm__slice;
 
-/* Pool entries. Only alloc, take_free, cleanup, materialize and destroy may
- * change bytes_reserved; the manager takes the change after each of them
- * (cm__pool_reserved_take), so the other entries must leave it alone. */
+/* Pool entries. Only alloc, on_free (giving back a page that emptied, as an
+ * adaptive pool's outdated pages do), take_free, cleanup, materialize and
+ * destroy may change bytes_reserved; the manager takes the change after each
+ * of them (cm__pool_reserved_take), so the other entries must leave it
+ * alone. */
 typedef struct cm__pool_vt {
   const char *name;
   /* Whether this pool serves `size` (never called for the persistent pool). */
@@ -97,6 +103,8 @@ typedef struct cm__pool_vt {
   /* Optional: reserved bytes in wholly free units (see cm_pool_report_t's
    * bytes_cached); O(1) or O(pages). NULL: not kept. */
   uint64_t (*cached)(const cm__pool *p);
+  /* Optional: fill the kind's own report fields (after the common ones). */
+  void (*report)(cm__pool *p, cm_pool_report_t *out);
   /* Visit every slice (used and free), e.g. for capture retention. */
   void (*for_each)(cm__pool *p, void (*fn)(cm__slice *s, void *arg), void *arg);
   /* Release every storage allocation and detach every descriptor. */
@@ -130,6 +138,23 @@ int cm__pool_direct_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uin
 int cm__pool_persistent_new(const cm__pool_ctx *ctx, cm__pool **out);
 /* Has the persistent pool a slice of effective size eff (the size-match rule)? */
 bool cm__persistent_has_size(cm__pool *p, uint64_t eff);
+/* An adaptive-pages pool (pool_adaptive.c): sliced pools whose page size
+ * follows the largest allocation, older sizes kept as outdated pools. */
+int cm__pool_adaptive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
+                          cm__pool **out);
+/* The dedicated pool (pool_dedicated.c), position CM_DEDICATED_POOL: one
+ * storage allocation per reservation, given back at the next cleanup after
+ * it is freed. */
+int cm__pool_dedicated_new(const cm__pool_ctx *ctx, cm__pool **out);
+/* Sliced-pool internals the adaptive pool builds on (pool_sliced.c):
+ * the pool holding slice s (s was handed out by a sliced pool); its page
+ * size; free slice s (already unmarked) and give its page back to the
+ * storage at once if that emptied it (pages are renumbered; returns whether
+ * a page went); the number of entirely free pages (O(pages)). */
+cm__pool *cm__sliced_owner(const cm__slice *s);
+uint64_t cm__sliced_page_size(const cm__pool *p);
+bool cm__sliced_free_release(cm__pool *p, cm__slice *s);
+size_t cm__sliced_empty_pages(const cm__pool *p);
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 

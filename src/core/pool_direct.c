@@ -49,6 +49,7 @@ static int vacant_reserve(direct_pool *dp) {
 static void release_free(direct_pool *dp, uint64_t headroom) {
   cm__pool *p = &dp->sp.base;
   if (!p->opts.has_reclaim_at) return;
+  if (*p->ctx.page_updates != CM_PAGES_ALLOW) return; /* the call may give nothing back */
   uint64_t limit = p->opts.reclaim_at;
   for (size_t i = 0; i < dp->sp.slots.n; i++) {
     if (p->usage.bytes_reserved + headroom <= limit) return;

@@ -16,6 +16,9 @@
  * S5 bytes_reserved == pages * page_size.
  * dealloc_period (§15.1 item 7): a page that stayed entirely free for a whole
  * period of reservations is released by the periodic cleanup.
+ * max_alloc_size, when set, is the largest allocation the pool accepts: the
+ * near-page rule of §4.2 (a request that fills most of a page) applies only
+ * up to it (the Adaptive preset's metadata pool sets it to its slice size).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ typedef struct block {
 } block;
 
 struct spage {
+  cm__pool *owner; /* the pool holding the page (cm__sliced_owner) */
   uint64_t storage_id;
   uint32_t index;
   bool mapped;
@@ -84,6 +88,7 @@ static void tree_put(sliced_pool *sp, block *b) {
 static bool accept(const cm__pool *p, uint64_t size) {
   const sliced_pool *sp = (const sliced_pool *)p;
   if (size <= sp->max_alloc) return true;
+  if (p->opts.max_alloc_size && size > p->opts.max_alloc_size) return false; /* strict limit */
   return !sp->capped && size <= sp->page_size && (sp->page_size - size) * 5 < sp->page_size;
 }
 
@@ -159,6 +164,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     }
     pg->mapped = true;
   }
+  pg->owner = p;
   pg->index = (uint32_t)sp->npages;
   pg->head = b;
   pg->free_bytes = sp->page_size;
@@ -311,6 +317,7 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
     spage *pg = sp->pages[i];
     uint64_t off = 0, fb = 0;
     if (pg->index != i) BAD("sliced pool %u: page %zu has index %u", pos, i, pg->index);
+    if (pg->owner != p) BAD("sliced pool %u: page %zu names another pool as its owner", pos, i);
     for (block *b = pg->head; b; b = b->next) {
       if (b->s.offset != off || b->page != pg || b->s.storage_id != pg->storage_id)
         BAD("sliced pool %u page %zu: S1 block at %" PRIu64 " expected at %" PRIu64, pos, i,
@@ -412,6 +419,34 @@ static void destroy(cm__pool *p) {
   }
   free(sp->pages);
   free(sp);
+}
+
+/* ---- for pools built of sliced pools (pool_adaptive.c; declared in pool.h) ---- */
+
+cm__pool *cm__sliced_owner(const cm__slice *s) { return ((const block *)s)->page->owner; }
+
+uint64_t cm__sliced_page_size(const cm__pool *p) { return ((const sliced_pool *)p)->page_size; }
+
+bool cm__sliced_free_release(cm__pool *p, cm__slice *s) {
+  sliced_pool *sp = SP(p);
+  spage *pg = ((block *)s)->page; /* read first: on_free may recycle the block */
+  on_free(p, s);
+  if (!page_empty(pg)) return false;
+  for (size_t i = 0; i < sp->npages; i++)
+    if (sp->pages[i] == pg) {
+      sp->pages[i] = NULL;
+      break;
+    }
+  release_page(sp, pg);
+  compact(sp);
+  return true;
+}
+
+size_t cm__sliced_empty_pages(const cm__pool *p) {
+  const sliced_pool *sp = (const sliced_pool *)p;
+  size_t n = 0;
+  for (size_t i = 0; i < sp->npages; i++) n += page_empty(sp->pages[i]);
+  return n;
 }
 
 static const cm__pool_vt k_sliced_vt = {

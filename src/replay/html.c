@@ -217,6 +217,8 @@ static const char *kind_name(cm_pool_kind_t k) {
   case CM_POOL_DIRECT: return "direct";
   case CM_POOL_ARENA: return "arena";
   case CM_POOL_PERSISTENT: return "persistent";
+  case CM_POOL_ADAPTIVE: return "adaptive";
+  case CM_POOL_DEDICATED: return "dedicated";
   }
   return "pool";
 }

@@ -578,7 +578,7 @@ int cm_device_install_pools(cm_device_t *dev, uint64_t stream, const cm_pool_opt
 }
 
 int cm_device_set_mode(cm_device_t *dev, uint64_t stream, cm_alloc_mode_t mode, cm_diag_t *diag) {
-  if (mode != CM_MODE_AUTO && mode != CM_MODE_PERSISTENT)
+  if (mode != CM_MODE_AUTO && mode != CM_MODE_PERSISTENT && mode != CM_MODE_DEDICATED)
     return cm__diag_set(diag, CM_EINVAL, "unknown allocation mode %d", (int)mode);
   stream_t *s;
   int rc = lock_stream(dev, stream, &s, diag);

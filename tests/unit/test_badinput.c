@@ -495,8 +495,11 @@ static void bad_arguments(void) {
   cm_manager_t *m = mk_preset(D, CM_PRESET_SUBSLICES);
   cm_pool_report_t r;
   EXPECT_STATUS(cm_manager_pool_report(m, 4, &r), CM_EINVAL);
-  EXPECT_STATUS(cm_manager_pool_report(m, 254, &r), CM_EINVAL);
+  EXPECT_STATUS(cm_manager_pool_report(m, 253, &r), CM_EINVAL);
+  EXPECT_STATUS(cm_manager_pool_report(m, 256, &r), CM_EINVAL);
   EXPECT_OK(cm_manager_pool_report(m, CM_PERSISTENT_POOL, &r));
+  EXPECT_OK(cm_manager_pool_report(m, CM_DEDICATED_POOL, &r));
+  EXPECT_EQ(r.options.kind, CM_POOL_DEDICATED);
   cm_manager_destroy(m);
   cm_manager_destroy(NULL);
 

@@ -44,7 +44,10 @@ static bool same_pool(const cm_pool_options_t *a, const cm_pool_options_t *b) {
              a->has_max_pool_size == b->has_max_pool_size &&
              (!a->has_max_pool_size || a->max_pool_size == b->max_pool_size) &&
              a->max_object_size == b->max_object_size;
+    case CM_POOL_ADAPTIVE:
+      return a->page_size == b->page_size && a->max_alloc_size == b->max_alloc_size;
     case CM_POOL_PERSISTENT:
+    case CM_POOL_DEDICATED:
       return true; /* never in a resolved layout */
   }
   return false;

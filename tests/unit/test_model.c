@@ -6,7 +6,8 @@
  * drives 1500 operations (CM_MODEL_OPS=N for more) on one manager: reserve
  * of random sizes (zero, small, medium, large, absurd and overflowing),
  * release of a random live reference, turning a handle into a binding,
- * bind of a client handle with a cursor, clone-and-release, persistent windows, periodic and
+ * bind of a client handle with a cursor, clone-and-release, persistent windows
+ * (and, for some layouts, dedicated windows nested with them), periodic and
  * explicit cleanup, and install_pools. The model is the list of live
  * references with their requested sizes (and, on host storages, a tag byte
  * written into the first and last bytes of each range).
@@ -55,22 +56,30 @@ typedef struct layout {
   bool host;             /* host storage (real memory, tags) vs sim */
   cm_persistent_memory_t pm;
   bool check_padding; /* padding = pad(size, alignment) for every live slice */
+  bool dedicated;     /* half the windows opened are dedicated ones */
 } layout;
 
 static const layout k_layouts[] = {
     /* 8 and 32 MiB pages: on the sim storage, so no zero-filling */
-    {"subslices", "subslices", "sliced:page=1MiB;direct", false, CM_PERSISTENT_ENABLED, true},
+    {"subslices", "subslices", "sliced:page=1MiB;direct", false, CM_PERSISTENT_ENABLED, true,
+     false},
     {"exclusive-pages", "exclusive-pages", "exclusive:max=4MiB,period=20", true,
-     CM_PERSISTENT_ENABLED, true},
-    {"default", "default", "default", true, CM_PERSISTENT_ENABLED, false},
+     CM_PERSISTENT_ENABLED, true, false},
+    {"default", "default", "default", true, CM_PERSISTENT_ENABLED, false, true},
     {"sliced+capped+direct",
      "sliced:page=64KiB,max-slice=16KiB;sliced:page=1MiB,cap=4MiB;direct:reclaim=2MiB", "direct",
-     false, CM_PERSISTENT_ENABLED, true},
+     false, CM_PERSISTENT_ENABLED, true, false},
     {"periods", "exclusive:max=0;sliced:page=4KiB,period=50;exclusive:max=64KiB,period=100",
-     "sliced:page=2MiB,cap=8MiB", true, CM_PERSISTENT_SIZE_MATCH, true},
+     "sliced:page=2MiB,cap=8MiB", true, CM_PERSISTENT_SIZE_MATCH, true, false},
     {"hard-budget", "sliced:page=1MiB,cap=2MiB", "sliced:page=512KiB,max-slice=256KiB,cap=1MiB",
-     true, CM_PERSISTENT_ENABLED, true},
-    {"direct-only", "direct", "direct:reclaim=1MiB", false, CM_PERSISTENT_SIZE_MATCH, true},
+     true, CM_PERSISTENT_ENABLED, true, false},
+    {"direct-only", "direct", "direct:reclaim=1MiB", false, CM_PERSISTENT_SIZE_MATCH, true, false},
+    /* adaptive pages: growth, outdated pools draining on release */
+    {"adaptive", "adaptive", "adaptive:page=64KiB,max=8MiB;direct", false, CM_PERSISTENT_ENABLED,
+     true, true},
+    {"adaptive-host", "exclusive:max=0;adaptive:page=4KiB,max=4MiB;direct",
+     "sliced:page=64KiB,max-slice=4KiB,max=4KiB,period=40;adaptive:max=2MiB,period=30;direct",
+     true, CM_PERSISTENT_SIZE_MATCH, true, true},
 };
 
 /* ---- model ------------------------------------------------------------------------- */
@@ -94,6 +103,7 @@ typedef struct model {
   size_t npools, nalt;
   bool alt_installed;
   int windows;
+  cm_alloc_mode_t window_kind[4]; /* open windows, innermost last */
 } model;
 
 #define MFAIL(md, ...)                                                                      \
@@ -340,7 +350,7 @@ static size_t live_dynamic(model *md) {
     int rc = cm_manager_find(md->m, b, &loc, NULL);
     cm_binding_release(b);
     if (rc != CM_OK) MFAIL(md, "find failed on a live entry");
-    if (loc.pool != CM_PERSISTENT_POOL) k++;
+    if (loc.pool != CM_PERSISTENT_POOL && loc.pool != CM_DEDICATED_POOL) k++;
   }
   return k;
 }
@@ -362,21 +372,24 @@ static void op_install(model *md) {
   }
 }
 
-/* Persistent windows: opened rarely, closed soon, sometimes nested, so that
- * about a quarter of the reservations are persistent. */
+/* Persistent (and dedicated) windows: opened rarely, closed soon, sometimes
+ * nested, so that about a quarter of the reservations are in a window; the
+ * innermost one sets the mode. */
 static void op_mode(model *md) {
   uint64_t r = rnd_below(100);
   if (md->windows > 0 && r < 70) {
     cm_manager_set_mode(md->m, CM_MODE_AUTO);
     md->windows--;
   } else if ((md->windows == 0 && r < 25) || (md->windows > 0 && md->windows < 3)) {
-    cm_manager_set_mode(md->m, CM_MODE_PERSISTENT);
-    md->windows++;
+    cm_alloc_mode_t k =
+        md->lay->dedicated && rnd_below(2) ? CM_MODE_DEDICATED : CM_MODE_PERSISTENT;
+    cm_manager_set_mode(md->m, k);
+    md->window_kind[md->windows++] = k;
   } else {
     return;
   }
   TRACE("op %" PRIu64 ": mode -> %d windows\n", md->op, md->windows);
-  cm_alloc_mode_t want = md->windows > 0 ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
+  cm_alloc_mode_t want = md->windows > 0 ? md->window_kind[md->windows - 1] : CM_MODE_AUTO;
   if (cm_manager_mode(md->m) != want) MFAIL(md, "mode with %d windows open", md->windows);
 }
 
@@ -458,6 +471,8 @@ LAYOUT_TEST(model_sliced_capped_direct, 3)
 LAYOUT_TEST(model_periods, 4)
 LAYOUT_TEST(model_hard_budget, 5)
 LAYOUT_TEST(model_direct_only, 6)
+LAYOUT_TEST(model_adaptive, 7)
+LAYOUT_TEST(model_adaptive_host, 8)
 
 int main(void) {
   const char *t = getenv("CM_MODEL_TRACE");
@@ -471,5 +486,7 @@ int main(void) {
   CM_RUN(model_periods);
   CM_RUN(model_hard_budget);
   CM_RUN(model_direct_only);
+  CM_RUN(model_adaptive);
+  CM_RUN(model_adaptive_host);
   return cm_test_finish();
 }
