@@ -17,6 +17,8 @@
  * need not be monotone (what is cached, trimmed or grown depends on when the
  * device refuses), so if one of them fails the search goes on above the
  * highest failing capacity, until every confirmation passes.
+ * The search takes its probe as a callback (cm__fit_search, fitsearch.h), so
+ * a model of another allocator (torchreplay.c) is searched the same way.
  * Exports: cm_fit_options_init, cm_replay_fit.
  */
 #include <inttypes.h>
@@ -25,6 +27,7 @@
 
 #include "base/util.h"
 #include "cubemem/replay.h"
+#include "replay/fitsearch.h"
 
 void cm_fit_options_init(cm_fit_options_t *o) {
   if (!o) return;
@@ -33,20 +36,34 @@ void cm_fit_options_init(cm_fit_options_t *o) {
   o->confirmations = 7;
 }
 
-/* What every probe shares. */
+/* What every probe shares: the trace, the options, and how to replay. */
 typedef struct search {
+  const cm_trace_t *t;
+  const cm_fit_options_t *o;
+  cm__fit_probe_fn fn;
+  void *arg;
+} search;
+
+static int probe(const search *sr, uint64_t capacity, bool *fits, uint64_t *peak,
+                 cm_replay_result_t *keep, cm_diag_t *diag) {
+  return sr->fn(sr->arg, capacity, fits, peak, keep, diag);
+}
+
+/* What a probe of cm_replay_fit replays. */
+typedef struct manager_probe {
   const cm_trace_t *t;
   const cm_manager_config_t *cfg;
   const cm_fit_options_t *o;
-} search;
+} manager_probe;
 
 /* One replay on a device of `capacity` bytes (0 = unlimited), with the
  * configuration resolved for it when o->configure is set. *fits says
  * whether every reservation succeeded (false, with no error, when the layout
  * does not exist on that device); *peak gets the peak reserved; keep (may be
  * NULL) gets the whole result, then the replay does not stop at a failure. */
-static int probe(const search *sr, uint64_t capacity, bool *fits, uint64_t *peak,
-                 cm_replay_result_t *keep, cm_diag_t *diag) {
+static int manager_probe_fn(void *arg, uint64_t capacity, bool *fits, uint64_t *peak,
+                            cm_replay_result_t *keep, cm_diag_t *diag) {
+  const manager_probe *sr = arg;
   cm_manager_config_t cfg = *sr->cfg;
   *fits = false;
   *peak = 0;
@@ -145,19 +162,30 @@ static int reference_run(const search *sr, cm_fit_result_t *out, uint64_t *top, 
   return CM_OK;
 }
 
+void cm__fit_options_resolve(const cm_fit_options_t *opts, cm_fit_options_t *o) {
+  cm_fit_options_init(o);
+  if (opts) {
+    *o = *opts;
+    if (!o->grid) o->grid = 2ull << 20;
+    if (!o->confirmations) o->confirmations = 7;
+  }
+}
+
 int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
                   const cm_fit_options_t *opts, cm_fit_result_t *out, cm_diag_t *diag) {
   if (!trace || !cfg || !out) return cm__diag_set(diag, CM_EINVAL, "cm_replay_fit: NULL argument");
   cm_fit_options_t o;
-  cm_fit_options_init(&o);
-  if (opts) {
-    o = *opts;
-    if (!o.grid) o.grid = 2ull << 20;
-    if (!o.confirmations) o.confirmations = 7;
-  }
+  cm__fit_options_resolve(opts, &o);
+  manager_probe mp = {trace, cfg, &o};
+  return cm__fit_search(trace, &o, manager_probe_fn, &mp, out, diag);
+}
+
+int cm__fit_search(const cm_trace_t *trace, const cm_fit_options_t *resolved, cm__fit_probe_fn fn,
+                   void *arg, cm_fit_result_t *out, cm_diag_t *diag) {
+  const cm_fit_options_t o = *resolved;
   memset(out, 0, sizeof *out);
   out->peak_live_bytes = trace->peak_live_bytes;
-  search sr = {trace, cfg, &o};
+  search sr = {trace, &o, fn, arg};
 
   uint64_t top = 0;
   int rc = reference_run(&sr, out, &top, diag);

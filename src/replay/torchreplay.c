@@ -19,6 +19,7 @@
 
 #include "base/util.h"
 #include "cubemem/torchalloc.h"
+#include "replay/fitsearch.h"
 
 /* The result's storage figures from the storage's counters (a fresh storage:
  * the counters are the replay's), as cm_replay_run reports them. */
@@ -156,21 +157,29 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   return CM_OK;
 }
 
-/* One replay on a simulated device of `capacity` bytes (0 = unlimited). */
-static int probe(const cm_trace_t *t, const cm_torch_options_t *to, uint64_t granularity,
-                 uint64_t capacity, bool stop, bool *fits, uint64_t *peak,
+/* What a probe of cm_torch_fit replays. */
+typedef struct torch_probe {
+  const cm_trace_t *t;
+  const cm_torch_options_t *to;
+  uint64_t granularity;
+} torch_probe;
+
+/* One replay of the model on a simulated device of `capacity` bytes
+ * (0 = unlimited), PyTorch seeing that device (cm__fit_probe_fn). */
+static int probe(void *arg, uint64_t capacity, bool *fits, uint64_t *peak,
                  cm_replay_result_t *keep, cm_diag_t *diag) {
+  const torch_probe *tp = arg;
   cm_storage_t *st = NULL;
-  int rc = cm_storage_sim_create(capacity, true, granularity, &st);
+  int rc = cm_storage_sim_create(capacity, true, tp->granularity, &st);
   if (rc != CM_OK)
     return cm__diag_set(diag, rc, "cannot create the simulated device: %s", cm_strerror(rc));
   cm_replay_options_t ro;
   memset(&ro, 0, sizeof ro);
-  ro.stop_on_failure = stop;
-  cm_torch_options_t po = *to;
+  ro.stop_on_failure = keep == NULL;
+  cm_torch_options_t po = *tp->to;
   if (capacity) po.device_memory = capacity; /* the device PyTorch sees is the probed one */
   cm_replay_result_t r;
-  rc = cm_torch_replay(t, st, &po, &ro, &r, NULL, diag);
+  rc = cm_torch_replay(tp->t, st, &po, &ro, &r, NULL, diag);
   if (rc != CM_OK) return rc;
   *fits = r.failed_allocs == 0 && r.storage.violations == 0;
   *peak = r.peak_reserved_bytes;
@@ -179,81 +188,16 @@ static int probe(const cm_trace_t *t, const cm_torch_options_t *to, uint64_t gra
   return CM_OK;
 }
 
-static uint64_t down(uint64_t x, uint64_t g) { return x / g * g; }
-static uint64_t up(uint64_t x, uint64_t g) { return (x / g + (x % g != 0)) * g; }
-
 int cm_torch_fit(const cm_trace_t *trace, const cm_torch_options_t *topts,
                  const cm_fit_options_t *opts, cm_fit_result_t *out, cm_diag_t *diag) {
   if (!trace || !out) return cm__diag_set(diag, CM_EINVAL, "cm_torch_fit: NULL argument");
   cm_fit_options_t o;
-  cm_fit_options_init(&o);
-  if (opts) {
-    o = *opts;
-    if (!o.grid) o.grid = 2ull << 20;
-    if (!o.confirmations) o.confirmations = 7;
-  }
+  cm__fit_options_resolve(opts, &o);
+  o.configure = NULL; /* the model takes no manager configuration */
   cm_torch_options_t to;
   cm_torch_options_init(&to);
   if (topts) to = *topts;
   if (!to.device_memory) to.device_memory = 80ull << 30;
-  memset(out, 0, sizeof *out);
-  out->peak_live_bytes = trace->peak_live_bytes;
-
-  cm_replay_result_t free_run;
-  bool fits = false;
-  uint64_t peak = 0;
-  /* the unconstrained run: on the device cubemem's fit replays on (0: unlimited) */
-  int rc = probe(trace, &to, o.granularity, o.unconstrained_capacity, false, &fits, &peak, &free_run,
-                 diag);
-  if (rc != CM_OK) return rc;
-  out->replays = 1;
-  if (!fits) {
-    rc = cm__diag_set(diag, free_run.first_failure ? free_run.first_failure : CM_EOOM,
-                      "the trace does not replay even on an unlimited device: %" PRIu64
-                      " allocations failed, the first with %s (%s)",
-                      free_run.failed_allocs, cm_err_name(free_run.first_failure),
-                      free_run.first_failure_message);
-    cm_replay_result_free(&free_run);
-    return rc;
-  }
-  out->unconstrained_capacity = o.unconstrained_capacity;
-  out->unconstrained_storage = free_run.storage; /* what a driver-time model prices */
-  cm_replay_result_free(&free_run);
-  out->unconstrained_peak = peak;
-  uint64_t top = up(peak ? peak : o.grid, o.grid);
-  uint64_t lo = down(trace->peak_live_bytes, o.grid);
-  uint64_t hi = top;
-  if (lo >= hi) lo = hi > o.grid ? hi - o.grid : 0;
-  for (;;) {
-    while (hi - lo > o.grid) { /* hi fits; lo fails (or is the floor) */
-      uint64_t mid = down(lo + (hi - lo) / 2, o.grid);
-      if (mid <= lo) mid = lo + o.grid;
-      rc = probe(trace, &to, o.granularity, mid, true, &fits, &peak, NULL, diag);
-      if (rc != CM_OK) return rc;
-      out->replays++;
-      if (fits) hi = mid;
-      else lo = mid;
-      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
-    }
-    uint64_t bad = 0;
-    for (unsigned k = 1; k <= o.confirmations && hi < top; k++) {
-      uint64_t c = down(hi + (top - hi) * k / (o.confirmations + 1), o.grid);
-      if (c <= hi || c <= bad) continue;
-      rc = probe(trace, &to, o.granularity, c, true, &fits, &peak, NULL, diag);
-      if (rc != CM_OK) return rc;
-      out->replays++;
-      if (o.progress) o.progress(o.progress_arg, out->replays, lo, hi);
-      if (!fits) {
-        if (!out->nonmonotone) out->first_nonmonotone = c;
-        out->nonmonotone++;
-        bad = c;
-      }
-    }
-    if (!bad) break;
-    lo = bad;
-    hi = top;
-  }
-  out->fit_bytes = hi;
-  out->ratio = trace->peak_live_bytes ? (double)hi / (double)trace->peak_live_bytes : 0.0;
-  return CM_OK;
+  torch_probe tp = {trace, &to, o.granularity};
+  return cm__fit_search(trace, &o, probe, &tp, out, diag);
 }
