@@ -616,7 +616,7 @@ static bool replay_trace(const env_t *env, const layout_t *lays, const char *tna
   for (size_t l = 0; l < o->layout_count; l++) {
     cm_diag_clear(&d);
     int rc = replay_layout(env, &lays[l], tname, t, &tr[l], &d);
-    if (rc == CM_OK && o->runs_given) {
+    if (rc == CM_OK && o->runs_given && !lays[l].torch) { /* the PyTorch model replays once */
       rc = replay_runs(env, &lays[l], t, &tr[l], &d);
       if (rc != CM_OK) cm_replay_result_free(&tr[l].res);
     }

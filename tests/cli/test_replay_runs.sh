@@ -98,4 +98,14 @@ for name in ("sim", "cuda"):
         if zero and r["layout"] == "default" and second: fail(f"{where}: the second run made {second} driver calls")
 sys.exit(1 if bad else 0)
 PY
+# The PyTorch model keeps no state between replays: --runs leaves its layouts
+# alone (no runs array), and cubemem's layout beside it still gets one.
+"$CLI" replay --runs 2 --no-progress --json --pools default --pools pytorch-expandable \
+  "$SRC/examples/torch-cpu-gpt-train.csv" >"$WORK/torch.json"
+python3 - "$WORK/torch.json" <<'PY'
+import json, sys
+rows = {r["layout"]: r for r in map(json.loads, open(sys.argv[1]))}
+ok = len(rows["default"].get("runs", [])) == 2 and "runs" not in rows["pytorch-expandable"]
+sys.exit(0 if ok else "FAIL: --runs must replay cubemem's layouts twice and leave the PyTorch model alone")
+PY
 echo "replay --runs: ok"
