@@ -52,7 +52,8 @@ typedef enum cm_trace_action {
 
 typedef struct cm_trace_event {
   uint64_t size;    /* requested bytes (for a free: the size of the allocation freed) */
-  uint64_t time_us; /* microseconds since the start of the trace */
+  uint64_t time_us; /* microseconds since the first timed row (RMM logs carry the time of
+                       day: it counts from the first event, across midnight) */
   uint32_t slot;    /* dense slot index; an allocation and its free share it */
   uint32_t action;  /* cm_trace_action_t */
 } cm_trace_event_t;
