@@ -269,6 +269,12 @@
           "trace " + ti + " address " + k + ": card shows when it was freed");
         if (A.frames && A.frames[best]) check(!!card.querySelector('[data-key="frames"]'), "trace " + ti + " address " + k + ": card shows the stack frames");
       });
+      /* the peak labels of the timeline do not overlap */
+      const pl = v.peakLabels || [];
+      let overlaps = 0;
+      for (let p = 0; p < pl.length; p++) for (let q = 0; q < p; q++)
+        if (pl[p].x < pl[q].x + pl[q].w && pl[q].x < pl[p].x + pl[p].w && Math.abs(pl[p].y - pl[q].y) < 12) overlaps++;
+      check(pl.length === v.drawn.length && overlaps === 0, "trace " + ti + ": one peak label per layout, none overlapping", pl.length + " labels, " + overlaps + " overlaps");
       /* stack frames: said when absent; the note and the tables when present */
       const fnote = sec.querySelector('[data-key="frames-note"]');
       if (v.addr.length) check(fnote && (trace.allocations.frames ? /from the snapshot/.test(fnote.textContent) : /none in this input/.test(fnote.textContent)),
