@@ -416,6 +416,7 @@ int cubemem_torch_stats(int device, cubemem_torch_stats_t *out) {
   out->in_use = u.total.bytes_in_use;
   out->reserved = u.total.bytes_reserved;
   out->peak_reserved = u.bytes_reserved_peak;
+  out->peak_in_use = u.bytes_in_use_peak;
   out->cached = u.total.bytes_reserved - u.total.bytes_in_use;
   out->padding = u.total.bytes_padding;
   out->allocs = u.allocs;

@@ -53,6 +53,7 @@ typedef struct cubemem_torch_stats {
   uint64_t allocs, frees, failed, retries, live, streams;
   uint64_t storage_allocs, storage_time_ns;
   uint64_t device_free, device_total; /* cuMemGetInfo; 0 when unknown */
+  uint64_t peak_in_use; /* high-water mark of in_use (requested bytes of live pointers) */
 } cubemem_torch_stats_t;
 
 CMT_EXPORT void *cubemem_torch_malloc(ssize_t size, int device, void *stream);

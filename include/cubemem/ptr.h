@@ -138,6 +138,8 @@ typedef struct cm_ptr_usage {
   uint64_t storage_allocs;      /* storage allocations + VM mappings, summed */
   uint64_t storage_time_ns;     /* time inside the storages, summed */
   uint64_t pending_frees;       /* freed pointers waiting for other streams' events */
+  uint64_t bytes_in_use_peak;   /* high-water mark of the requested bytes of live pointers
+                                   (counted at cm_ptr_alloc / cm_ptr_free) */
 } cm_ptr_usage_t;
 
 /* Snapshot of the usage. Errors: CM_EINVAL. Thread-safe. */

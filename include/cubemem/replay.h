@@ -52,7 +52,8 @@ typedef enum cm_trace_action {
 
 typedef struct cm_trace_event {
   uint64_t size;    /* requested bytes (for a free: the size of the allocation freed) */
-  uint64_t time_us; /* microseconds since the start of the trace */
+  uint64_t time_us; /* microseconds since the first timed row (RMM logs carry the time of
+                       day: it counts from the first event, across midnight) */
   uint32_t slot;    /* dense slot index; an allocation and its free share it */
   uint32_t action;  /* cm_trace_action_t */
 } cm_trace_event_t;
@@ -182,6 +183,27 @@ CM_API CM_NODISCARD int cm_trace_load_any(const char *path, const cm_trace_parse
                                           const cm_snapshot_options_t *snap_opts,
                                           cm_trace_t **out, bool *is_snapshot,
                                           cm_snapshot_info_t *info, cm_diag_t *diag);
+
+/* The stack frames of a snapshot's allocations (recorded with
+ * _record_memory_history(stacks="python" or "all")), in the order of the
+ * ALLOC events of the trace cm_trace_parse_snapshot builds from the same
+ * bytes and options: alloc_frames[k] belongs to the k-th ALLOC event, as a
+ * JSON array of indices into table_json's "frames" ({"frames":["file:line
+ * name", ...]}, innermost frame first), or NULL (live before recording, or
+ * recorded without a stack). The shape cm_replay_html_panel_t takes. */
+typedef struct cm_snapshot_frames {
+  char **alloc_frames; /* count entries, each malloc'd or NULL */
+  size_t count;        /* 0 when the snapshot has no frames */
+  char *table_json;    /* malloc'd; NULL when count is 0 */
+} cm_snapshot_frames_t;
+/* Collect the frames of a snapshot into *out (owned by the caller, freed with
+ * cm_snapshot_frames_free; count 0 when it has none). Errors: as
+ * cm_snapshot_to_csv (*out is then empty). Thread-safe. */
+CM_API CM_NODISCARD int cm_snapshot_frames(const void *buf, size_t len,
+                                           const cm_snapshot_options_t *opts,
+                                           cm_snapshot_frames_t *out, cm_diag_t *diag);
+/* Free what cm_snapshot_frames collected and empty *f. NULL ok. */
+CM_API void cm_snapshot_frames_free(cm_snapshot_frames_t *f);
 
 /* ---- replay ------------------------------------------------------------- */
 

@@ -7,6 +7,8 @@
 
     runs = cubemem.replay("run.csv", pools=["default", "subslices"])
     runs[0]["peak_reserved_bytes"]         # the objects `cubemem replay --json` prints
+    cubemem.replay("snapshot.pickle", html="report.html")[0]["torch_reserved_bytes"]
+    [(f["layout"], f["smallest_gpu"]) for f in cubemem.fit("snapshot.pickle")]
     runs[0]["driver_time_model"]["total_ns"]  # modelled time in the driver (a100 costs)
     layout = cubemem.plan("run.csv")["layout"]
     cubemem.replay("run.csv", pools=[layout])
@@ -16,7 +18,9 @@ Pieces:
     $CUBEMEM_CLI, next to an installed package, in the source tree's build/,
     or on PATH) and return what it prints with --json, as dicts. A trace may
     be an RMM CSV (what CUBEMEM_LOG records) or a PyTorch memory snapshot
-    pickle (converted first, loaded without executing anything).
+    pickle, which the tool reads itself (nothing in it is executed), so the
+    results name the snapshot and carry its fields (snapshot_device,
+    torch_reserved_bytes, torch_segments, preexisting_allocs).
   - stats / report / empty_cache / record_stream / enable_peer_access talk to
     libcubemem_torch.so (found through $CUBEMEM_TORCH_LIBRARY, next to an
     installed package, or in the source tree's build/) with ctypes.
@@ -42,16 +46,6 @@ __all__ = ["CubememError", "replay", "fit", "plan", "snapshot_to_csv", "stats", 
            "empty_cache", "record_stream", "retire_stream", "enable_peer_access", "last_error",
            "cli_path", "library_path", "torch"]
 __version__ = "0.1.0"
-
-
-def _is_snapshot(path):
-    if path.endswith((".pickle", ".pkl")):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(1) == b"\x80"  # pickle protocol 2+
-    except OSError:
-        return False
 
 
 def snapshot_to_csv(snapshot, out=None, device=None, free_on="completed"):
@@ -95,24 +89,10 @@ def _unlink_quietly(path):
 
 
 def _traces(traces):
-    """Paths ready for the CLI (snapshots converted) and the temporaries."""
+    """Paths for the CLI, as given (it reads CSVs and snapshots itself)."""
     if isinstance(traces, (str, os.PathLike)):
         traces = [traces]
-    paths, temps = [], []
-    try:
-        for t in traces:
-            t = os.fspath(t)
-            if _is_snapshot(t):
-                csv = snapshot_to_csv(t)
-                temps.append(csv)
-                paths.append(csv)
-            else:
-                paths.append(t)
-    except BaseException:
-        for t in temps:  # the snapshots converted before the failure
-            _unlink_quietly(t)
-        raise
-    return paths, temps
+    return [os.fspath(t) for t in traces]
 
 
 def _options(pools, device, device_memory, alignment, persistent_memory, skip_bad_lines, config,
@@ -138,15 +118,12 @@ def _options(pools, device, device_memory, alignment, persistent_memory, skip_ba
 
 
 def _run(cmd, traces, args, json_lines=True, ok_codes=(0,)):
-    paths, temps = _traces(traces)
+    paths = _traces(traces)
     try:
         proc = subprocess.run([cli_path(), cmd, *args, *paths], capture_output=True, text=True,
                               errors="replace")
     except OSError as e:
-        raise CubememError(f"cannot run {cli_path()}: {e}") from e
-    finally:
-        for t in temps:
-            _unlink_quietly(t)
+        raise CubememError(f"cannot run the cubemem tool: {e}") from e
     if proc.returncode not in ok_codes:
         msg = (proc.stderr or proc.stdout).strip()
         raise CubememError(f"cubemem {cmd} failed (exit {proc.returncode}): {msg}")
@@ -160,9 +137,21 @@ def _run(cmd, traces, args, json_lines=True, ok_codes=(0,)):
     return out
 
 
+def _snapshot_options(snapshot_device, snapshot_free_on, torch_conf):
+    args = []
+    if snapshot_device is not None:
+        args += ["--snapshot-device", str(int(snapshot_device))]
+    if snapshot_free_on:
+        args += ["--snapshot-free-on", snapshot_free_on]
+    if torch_conf:
+        args += ["--torch-conf", torch_conf]
+    return args
+
+
 def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
            persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None,
-           runs=None):
+           runs=None, html=None, svg=None, snapshot_device=None, snapshot_free_on=None,
+           torch_conf=None):
     """Replay one trace or a list of traces under each layout of `pools` (a
     layout text or a list of them; default: cubemem's default layout) and
     return one dict per (trace, layout): the objects `cubemem replay --json`
@@ -171,27 +160,54 @@ def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
     device: "sim" (default), "cuda", "cuda:sync", "cuda:async".
     driver_costs: "a100" (default), "fast" or the path of a TOML cost file
     (the model behind driver_time_model). runs: replay the trace that many
-    times through one manager and report each run (the "runs" list). A run
+    times through one manager and report each run (the "runs" list).
+    html / svg: also write `cubemem replay --html` / `--svg` to that path.
+    snapshot_device, snapshot_free_on ("completed" or "requested") and
+    torch_conf (PYTORCH_CUDA_ALLOC_CONF of the pytorch layouts): as the
+    options of the same names. A snapshot's results carry its fields
+    (torch_reserved_bytes, torch_segments, snapshot_device, ...). A run
     with failed reservations still returns its results (check
-    failed_allocs)."""
+    failed_allocs); any other failure raises CubememError."""
     args = ["--json", "--no-progress"] + _options(pools, device, device_memory, alignment,
                                                   persistent_memory, skip_bad_lines, config,
                                                   driver_costs)
+    args += _snapshot_options(snapshot_device, snapshot_free_on, torch_conf)
     if runs is not None:
         args += ["--runs", str(int(runs))]
+    if html is not None:
+        args += ["--html", os.fspath(html)]
+    if svg is not None:
+        args += ["--svg", os.fspath(svg)]
     return _run("replay", traces, args, ok_codes=(0, 3))
 
 
 def fit(traces, pools=None, device=None, device_memory=None, alignment=None,
-        persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None):
+        persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None,
+        gpus=None, reserve=None, snapshot_device=None, snapshot_free_on=None, torch_conf=None):
     """`cubemem fit --json`: per (trace, layout) fit_bytes, the unconstrained
     replay on the device_memory device (what replay() reports there) and its
-    driver_time_model. Raises CubememError when this cubemem has no fit
-    command."""
-    args = ["--json", "--no-progress"] + _options(pools, device, device_memory, alignment,
+    driver_time_model, then "fits on": smallest_gpu (a name or None),
+    fits_on (names, smallest first), needs_bytes (fit_bytes + reserve_bytes)
+    and gpus (the list compared with). Without pools, three answers: cubemem's
+    default, "pytorch" and "pytorch-expandable" (the "allocator" field).
+    gpus: {"name": bytes or size text, ...}, "NAME=SIZE,..." or a file path
+    (default: T4 ... B200 with the memory each reports); reserve: bytes or a
+    size text kept back on every GPU (default 500 MiB). device: fit always
+    searches on the simulated device; anything else raises. Raises
+    CubememError on any failure."""
+    if device not in (None, "sim"):
+        raise CubememError(f"fit() searches on the simulated device, not {device!r}")
+    args = ["--json", "--no-progress"] + _options(pools, None, device_memory, alignment,
                                                   persistent_memory, skip_bad_lines, config,
                                                   driver_costs)
-    return _run("fit", traces, args, ok_codes=(0, 3))
+    args += _snapshot_options(snapshot_device, snapshot_free_on, torch_conf)
+    if isinstance(gpus, dict):
+        gpus = ",".join(f"{k}={v}" for k, v in gpus.items())
+    if gpus is not None:
+        args += ["--gpus", os.fspath(gpus)]
+    if reserve is not None:
+        args += ["--reserve", str(reserve)]
+    return _run("fit", traces, args)
 
 
 def plan(trace, pools=None, device_memory=None, alignment=None, skip_bad_lines=False,

@@ -14,7 +14,7 @@ _lib = None
 
 _STATS_FIELDS = ("in_use", "reserved", "peak_reserved", "cached", "padding", "allocs", "frees",
                  "failed", "retries", "live", "streams", "storage_allocs", "storage_time_ns",
-                 "device_free", "device_total")
+                 "device_free", "device_total", "peak_in_use")
 
 
 class _Stats(ctypes.Structure):
@@ -65,7 +65,8 @@ def stats(device=0):
     """cubemem's figures for cuda:`device` as a dict (all zeros when cubemem
     has not used the device): in_use, reserved, peak_reserved, cached,
     padding, allocs, frees, failed, retries, live, streams, storage_allocs,
-    storage_time_ns, device_free, device_total (bytes or counts)."""
+    storage_time_ns, device_free, device_total, peak_in_use (bytes or
+    counts)."""
     s = _Stats()
     if lib().cubemem_torch_stats(int(device), ctypes.byref(s)) < 0:
         raise CubememError(f"cubemem_torch_stats({device}) failed")

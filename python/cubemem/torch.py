@@ -12,7 +12,7 @@ torch.cuda functions at cubemem (patch=True):
                                         call nothing: no reset hook is set)
   torch.cuda.memory_stats(),
   memory_allocated(), memory_reserved(),
-  max_memory_reserved(),
+  max_memory_allocated(), max_memory_reserved(),
   memory_summary()                   -> cubemem's figures, in PyTorch's keys
                                         (PyTorch raises for a pluggable allocator)
   Tensor.record_stream(stream)       -> cubemem.torch.record_stream(t, stream)
@@ -26,22 +26,42 @@ from . import _native, _paths
 _enabled = False
 
 
+# The statistics torch.cuda.memory_stats() returns and memory_summary() /
+# max_memory_allocated() read: every (metric, pool, stat) combination below.
+_POOL_METRICS = ("allocated_bytes", "active_bytes", "requested_bytes", "reserved_bytes",
+                 "inactive_split_bytes", "allocation", "active", "segment", "inactive_split")
+_POOLS = ("all", "large_pool", "small_pool")
+_STATS = ("current", "peak", "allocated", "freed")
+_PLAIN_METRICS = ("oversize_allocations", "oversize_segments")
+
+
 def memory_stats(device=None):
-    """cubemem's figures for a device in the keys of torch.cuda.memory_stats()
-    (those cubemem can fill; bytes and counts)."""
+    """cubemem's figures for a device in the keys of torch.cuda.memory_stats():
+    every key PyTorch's memory_summary(), max_memory_allocated() and
+    max_memory_reserved() read ("allocated_bytes.all.peak", ...). cubemem
+    fills the ".all." figures it keeps (allocated, active and requested
+    bytes are the requested bytes of live pointers; reserved bytes what it
+    holds from the driver; inactive_split_bytes what it caches; allocation
+    and active count live pointers, allocs and frees) and num_alloc_retries,
+    num_ooms, num_device_alloc; it has no small/large pools, segments or
+    oversize counts, so those keys are 0 (max_split_size: -1, no limit)."""
     s = _native.stats(_device_index(device))
-    return {
-        "allocated_bytes.all.current": s["in_use"],
-        "reserved_bytes.all.current": s["reserved"],
-        "reserved_bytes.all.peak": s["peak_reserved"],
-        "inactive_split_bytes.all.current": s["cached"],
-        "active.all.current": s["live"],
-        "allocation.all.allocated": s["allocs"],
-        "allocation.all.freed": s["frees"],
-        "num_alloc_retries": s["retries"],
-        "num_ooms": s["failed"],
-        "num_device_alloc": s["storage_allocs"],
-    }
+    out = {f"{m}.{p}.{k}": 0 for m in _POOL_METRICS for p in _POOLS for k in _STATS}
+    out.update({f"{m}.{k}": 0 for m in _PLAIN_METRICS for k in _STATS})
+    for m in ("allocated_bytes", "active_bytes", "requested_bytes"):
+        out[f"{m}.all.current"] = s["in_use"]
+        out[f"{m}.all.peak"] = s["peak_in_use"]
+    out["reserved_bytes.all.current"] = s["reserved"]
+    out["reserved_bytes.all.peak"] = s["peak_reserved"]
+    out["inactive_split_bytes.all.current"] = s["cached"]
+    for m in ("allocation", "active"):
+        out[f"{m}.all.current"] = s["live"]
+        out[f"{m}.all.allocated"] = s["allocs"]
+        out[f"{m}.all.freed"] = s["frees"]
+    out.update({"num_alloc_retries": s["retries"], "num_ooms": s["failed"],
+                "num_device_alloc": s["storage_allocs"], "num_device_free": 0,
+                "num_sync_all_streams": 0, "max_split_size": -1})
+    return out
 
 
 def _device_index(device):
@@ -104,12 +124,16 @@ def _patch(t):
     def max_memory_reserved(device=None):
         return memory_stats(device)["reserved_bytes.all.peak"]
 
+    def max_memory_allocated(device=None):
+        return memory_stats(device)["allocated_bytes.all.peak"]
+
     def memory_summary(device=None, abbreviated=False):
         return _native.report()
 
     for name, fn in (("empty_cache", empty_cache), ("memory_stats", memory_stats),
                      ("memory_allocated", memory_allocated), ("memory_reserved", memory_reserved),
                      ("max_memory_reserved", max_memory_reserved),
+                     ("max_memory_allocated", max_memory_allocated),
                      ("memory_summary", memory_summary)):
         setattr(cuda, name, fn)
         if hasattr(cuda, "memory") and hasattr(cuda.memory, name):

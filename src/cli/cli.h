@@ -154,4 +154,29 @@ typedef struct cli_fit_layout {
  * exist on that device. */
 int cli_fit_configure(void *arg, uint64_t capacity, cm_manager_config_t *cfg, cm_diag_t *diag);
 
+/* ---- fit's "fits on": a list of GPUs and the memory each reports (cli_gpus.c) -------- */
+
+#define CLI_MAX_GPUS 64
+/* What fit keeps back from each GPU for the CUDA context and libraries
+ * (cuBLAS/cuDNN workspaces) unless --reserve says otherwise. */
+#define CLI_DEFAULT_RESERVE (500ull << 20)
+typedef struct cli_gpu {
+  char name[48];
+  uint64_t bytes; /* the memory the card reports (cudaMemGetInfo's total) */
+} cli_gpu_t;
+typedef struct cli_gpu_list {
+  cli_gpu_t gpu[CLI_MAX_GPUS];
+  size_t count;
+} cli_gpu_list_t;
+/* The built-in list (T4 ... B200, docs/fit.md gives the figures). Pure. */
+void cli_gpus_builtin(cli_gpu_list_t *l);
+/* --gpus VAL: a file of NAME=SIZE entries (one a line or comma-separated,
+ * '#' comments) when VAL names a regular file, else the list itself
+ * ("T4=16GB,L4=24GB"). Replaces *l. 0, 1 (out of memory) or 2 (message). */
+int cli_gpus_option(const char *cmd, const char *val, cli_gpu_list_t *l);
+/* Order the GPUs of l by memory (ascending, stable) into order[l->count]
+ * and set fits[i] for order[i] when `needs` bytes fit in it; returns how
+ * many fit. Pure. */
+size_t cli_gpus_fits(const cli_gpu_list_t *l, uint64_t needs, size_t *order, bool *fits);
+
 #endif

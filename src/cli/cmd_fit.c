@@ -12,6 +12,10 @@
  * of C bytes is a replay that succeeds on C bytes. The unconstrained figure
  * is the replay on the --device-memory device (80 GiB by default), the one
  * `cubemem replay` reports, with its modelled driver time (--driver-costs).
+ * Without --pools, cubemem's default and PyTorch's two modes answer side by
+ * side. Then "fits on": per layout, the GPUs of a list (built in, or
+ * --gpus) whose reported memory, less --reserve for the CUDA context and
+ * libraries, holds the smallest device (cli_gpus.c).
  * Output: a table (text) or one JSON object per (trace, layout) line. Exit codes: 0 ok, 1 a trace could not be read or
  * does not replay even without a limit, 2 usage errors.
  * Exports cm_cli_fit (cli.h).
@@ -46,6 +50,9 @@ typedef struct fit_opts {
   int snapshot_device;      /* --snapshot-device, -1 = first with history */
   bool free_on_requested;   /* --snapshot-free-on requested */
   bool json, skip_bad, progress;
+  bool side_by_side;        /* no --pools: default, pytorch, pytorch-expandable */
+  uint64_t reserve;         /* --reserve: kept back on every GPU */
+  cli_gpu_list_t gpus;      /* --gpus, or the built-in list */
   const char **traces;
   size_t trace_count;
 } fit_opts_t;
@@ -60,11 +67,23 @@ static void fit_usage(FILE *out) {
           "driver's rules) between the trace's peak live bytes and its unconstrained peak,\n"
           "then confirmed at larger sizes (fitting need not be monotone).\n"
           "\n"
+          "Without --pools, three allocators answer side by side: cubemem's default\n"
+          "layout, PyTorch's caching allocator (pytorch) and its expandable segments\n"
+          "(pytorch-expandable). Then, for each, the GPUs it fits on: those of a list\n"
+          "(T4, L4, A10, RTX 4090, A100 40GB/80GB, H100 80GB, H200, B200 with the memory\n"
+          "they report, or --gpus) with room for the smallest device plus --reserve.\n"
+          "\n"
           "options:\n"
           "  --pools LAYOUT         default | subslices | exclusive-pages | adaptive | an\n"
           "                         explicit list\n"
           "                         (as for replay), or PyTorch's caching allocator: pytorch |\n"
           "                         pytorch-expandable[:CONF]. Repeat to compare layouts.\n"
+          "                         Default: default, pytorch and pytorch-expandable\n"
+          "  --gpus LIST|FILE       the GPUs of 'fits on': NAME=SIZE,... (the memory each\n"
+          "                         reports, e.g. \"T4=15102MiB,L4=22478MiB\") or a file of\n"
+          "                         such entries, one a line ('#' comments)\n"
+          "  --reserve SIZE         kept back on every GPU for the CUDA context and libraries\n"
+          "                         (cuBLAS/cuDNN workspaces; default 500MiB)\n"
           "  --torch-conf CONF      PYTORCH_CUDA_ALLOC_CONF for the PyTorch layouts\n"
           "  --device-memory SIZE   the device of the unconstrained replay, the figure\n"
           "                         'cubemem replay' reports (default 80GiB); every probed\n"
@@ -96,6 +115,8 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
   if (cm_driver_costs_builtin("a100", &o->costs) != CM_OK) return 1;
   o->progress = isatty(2);
   o->snapshot_device = -1;
+  o->reserve = CLI_DEFAULT_RESERVE;
+  cli_gpus_builtin(&o->gpus);
   o->traces = calloc((size_t)argc, sizeof *o->traces);
   if (!o->traces) return 1;
   for (int i = 1; i < argc; i++) {
@@ -112,6 +133,15 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->progress = false;
     } else if (!strcmp(a, "--no-config")) {
       o->no_config = true;
+    } else if (!strcmp(a, "--gpus") || !strcmp(a, "--reserve")) {
+      if (!v) {
+        fprintf(stderr, "cubemem fit: %s needs a value\n", a);
+        return 2;
+      }
+      i++;
+      int grc = !strcmp(a, "--gpus") ? cli_gpus_option("fit", v, &o->gpus)
+                                     : cli_size_option("fit", "--reserve", v, true, &o->reserve);
+      if (grc) return grc;
     } else if (!strcmp(a, "--driver-costs") || !strcmp(a, "--torch-conf")) {
       if (!v) {
         fprintf(stderr, "cubemem fit: %s needs a value\n", a);
@@ -179,7 +209,8 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       static const char *const all[] = {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
           "--confirm", "--driver-costs", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
-          "--torch-conf", "--json", "--skip-bad-lines", "--no-progress", "--help"};
+          "--torch-conf", "--gpus", "--reserve", "--json", "--skip-bad-lines", "--no-progress",
+          "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
       o->traces[o->trace_count++] = a;
@@ -189,7 +220,12 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
     fit_usage(stderr);
     return 2;
   }
-  if (!o->layout_count) o->layouts[o->layout_count++] = "default";
+  if (!o->layout_count) {
+    o->side_by_side = true;
+    o->layouts[o->layout_count++] = "default";
+    o->layouts[o->layout_count++] = "pytorch";
+    o->layouts[o->layout_count++] = "pytorch-expandable";
+  }
   return 0;
 }
 
@@ -229,6 +265,87 @@ static void print_kinds(const cm_driver_time_t *t) {
     any = true;
   }
   printf("%s\n", any ? "" : " none");
+}
+
+/* Which allocator a layout's figure assumes, in a few words. */
+static const char *allocator_label(const char *layout, const cm_torch_options_t *t) {
+  if (!cli_torch_is_layout(layout)) return "cubemem";
+  return t->expandable_segments ? "PyTorch, expandable" : "PyTorch";
+}
+
+/* "fits on" of one layout in JSON (no leading comma). */
+static void fits_json(const fit_opts_t *o, uint64_t fit_bytes) {
+  size_t order[CLI_MAX_GPUS];
+  bool fits[CLI_MAX_GPUS];
+  uint64_t needs = fit_bytes + o->reserve;
+  cli_gpus_fits(&o->gpus, needs, order, fits);
+  printf("\"reserve_bytes\":%" PRIu64 ",\"needs_bytes\":%" PRIu64 ",\"smallest_gpu\":",
+         o->reserve, needs);
+  size_t first = o->gpus.count;
+  for (size_t i = 0; i < o->gpus.count && first == o->gpus.count; i++)
+    if (fits[i]) first = i;
+  if (first < o->gpus.count) cli_json_string(stdout, o->gpus.gpu[order[first]].name);
+  else fputs("null", stdout);
+  fputs(",\"fits_on\":[", stdout);
+  bool any = false;
+  for (size_t i = 0; i < o->gpus.count; i++) {
+    if (!fits[i]) continue;
+    if (any) fputc(',', stdout);
+    cli_json_string(stdout, o->gpus.gpu[order[i]].name);
+    any = true;
+  }
+  fputs("],\"gpus\":[", stdout);
+  for (size_t i = 0; i < o->gpus.count; i++) {
+    fputs(i ? ",{\"name\":" : "{\"name\":", stdout);
+    cli_json_string(stdout, o->gpus.gpu[order[i]].name);
+    printf(",\"memory_bytes\":%" PRIu64 "}", o->gpus.gpu[order[i]].bytes);
+  }
+  fputc(']', stdout);
+}
+
+/* The "fits on" table: per (trace, layout) that fitted, the smallest GPU
+ * of the list and every GPU it fits on. */
+static void print_fits_on(const fit_opts_t *o, const uint64_t *fit_bytes, const bool *done,
+                          const cm_torch_options_t *torch) {
+  char r[32];
+  cli_fmt_iec(o->reserve, r, sizeof r);
+  printf("\nfits on: the GPUs whose memory (as the card reports it) holds the smallest device\n"
+         "plus %s kept for the CUDA context and libraries (--reserve)\n\n", r);
+  printf("  %-40s %-18s %-19s %12s  %-22s %s\n", "trace", "layout", "allocator", "needs",
+         "smallest GPU", "fits on");
+  for (size_t ti = 0; ti < o->trace_count; ti++) {
+    const char *base = strrchr(o->traces[ti], '/');
+    for (size_t l = 0; l < o->layout_count; l++) {
+      size_t k = ti * o->layout_count + l;
+      if (!done[k]) continue;
+      size_t order[CLI_MAX_GPUS];
+      bool fits[CLI_MAX_GPUS];
+      uint64_t needs = fit_bytes[k] + o->reserve;
+      size_t n = cli_gpus_fits(&o->gpus, needs, order, fits);
+      char nb[32], smallest[96] = "none of the list", list[CLI_MAX_GPUS * 52] = "";
+      cli_fmt_iec(needs, nb, sizeof nb);
+      size_t len = 0;
+      for (size_t i = 0; i < o->gpus.count; i++) {
+        if (!fits[i]) continue;
+        const cli_gpu_t *g = &o->gpus.gpu[order[i]];
+        if (!len) {
+          char gb[32];
+          cli_fmt_iec(g->bytes, gb, sizeof gb);
+          snprintf(smallest, sizeof smallest, "%s (%s)", g->name, gb);
+        }
+        int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", g->name);
+        if (w > 0 && (size_t)w < sizeof list - len) len += (size_t)w;
+      }
+      if (!n && o->gpus.count) {
+        char gb[32];
+        const cli_gpu_t *g = &o->gpus.gpu[order[o->gpus.count - 1]];
+        cli_fmt_iec(g->bytes, gb, sizeof gb);
+        snprintf(list, sizeof list, "(the largest, %s, has %s)", g->name, gb);
+      }
+      printf("  %-40.40s %-18.18s %-19s %12s  %-22s %s\n", base ? base + 1 : o->traces[ti],
+             o->layouts[l], allocator_label(o->layouts[l], &torch[l]), nb, smallest, list);
+    }
+  }
 }
 
 int cm_cli_fit(int argc, char **argv) {
@@ -284,6 +401,16 @@ int cm_cli_fit(int argc, char **argv) {
       return lrc;
     }
   }
+  uint64_t *fit_bytes = calloc(o.trace_count * o.layout_count, sizeof *fit_bytes);
+  bool *fit_done = calloc(o.trace_count * o.layout_count, sizeof *fit_done);
+  if (!fit_bytes || !fit_done) {
+    fprintf(stderr, "cubemem fit: out of memory\n");
+    free(fit_bytes);
+    free(fit_done);
+    cm_config_free(&cfg);
+    free(o.traces);
+    return 1;
+  }
   if (!o.json) {
     char cap[64];
     cli_fmt_device(o.capacity, cap, sizeof cap);
@@ -293,6 +420,9 @@ int cm_cli_fit(int argc, char **argv) {
            "reports it, with its modelled driver time (%s); grid ", cap, o.costs.name);
     cli_fmt_iec(o.grid, cap, sizeof cap);
     printf("%s, config %s)\n\n", cap, config_used);
+    if (o.side_by_side)
+      printf("no --pools: cubemem's default layout and PyTorch's caching allocator in its two\n"
+             "modes, side by side.\n");
     printf("  the allocator each layout assumes:\n");
     for (size_t l = 0; l < o.layout_count; l++) {
       char what[320];
@@ -356,6 +486,8 @@ int cm_cli_fit(int argc, char **argv) {
         status = 1;
         continue;
       }
+      fit_bytes[ti * o.layout_count + l] = fr.fit_bytes;
+      fit_done[ti * o.layout_count + l] = true;
       double unl = fr.peak_live_bytes ? (double)fr.unconstrained_peak / (double)fr.peak_live_bytes : 0;
       if (o.json) {
         fputs("{\"trace\":", stdout);
@@ -381,6 +513,8 @@ int cm_cli_fit(int argc, char **argv) {
         cli_json_string(stdout, config_used);
         fputc(',', stdout);
         cli_driver_time_json(stdout, &o.costs, &fr.unconstrained_storage, false);
+        fputc(',', stdout);
+        fits_json(&o, fr.fit_bytes);
         fputs("}\n", stdout);
       } else {
         char a[32], b[32], c[32];
@@ -411,6 +545,9 @@ int cm_cli_fit(int argc, char **argv) {
     }
     cm_trace_free(t);
   }
+  if (!o.json && status != 2) print_fits_on(&o, fit_bytes, fit_done, torch);
+  free(fit_bytes);
+  free(fit_done);
   cm_config_free(&cfg);
   free(o.traces);
   return status;

@@ -705,7 +705,7 @@ static int finish(const env_t *env, const job_t *job, int status) {
   }
   if (o->html && status == 0)
     status = cli_replay_write_html(o->html, o->traces, o->trace_count, job->lays, job->runs,
-                                   o->layout_count);
+                                   o->layout_count, o);
   if (status == 0 && (job->failed_total || job->refused_total)) {
     /* exit 3: the job does not fit (or the device refused a call) */
     if (job->failed_total)

@@ -79,8 +79,11 @@ char *cli_replay_json_object(const char *tname, const layout_t *lay, const cm_tr
                              const run_t *run, const env_t *env);
 /* --svg: write every trace's panel to path. Returns the exit status. */
 int cli_replay_write_svg(const char *path, const cm_replay_panel_t *panels, size_t n);
-/* --html: one page for every trace and layout. Returns the exit status. */
+/* --html: one page for every trace and layout, with the stack frames of the
+ * snapshots among the traces (read again with o's snapshot options; a
+ * snapshot that cannot be read again is shown without). Returns the exit
+ * status. */
 int cli_replay_write_html(const char *path, const char *const *traces, size_t nt,
-                          const layout_t *lays, const run_t *runs, size_t nl);
+                          const layout_t *lays, const run_t *runs, size_t nl, const opts_t *o);
 
 #endif

@@ -184,15 +184,41 @@ char *cli_replay_json_object(const char *tname, const layout_t *lay, const cm_tr
   return buf;
 }
 
+/* The stack frames of trace file `path` when it is a snapshot (count 0 otherwise). */
+static void snapshot_frames(const char *path, const opts_t *o, cm_snapshot_frames_t *fr) {
+  memset(fr, 0, sizeof *fr);
+  if (!strcmp(path, "-")) return; /* standard input cannot be read twice */
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  unsigned char head[2];
+  size_t got = fread(head, 1, 2, f);
+  long size = got == 2 && cm_snapshot_detect(head, 2) && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+  char *buf = size > 0 && !fseek(f, 0, SEEK_SET) ? malloc((size_t)size) : NULL;
+  if (buf && fread(buf, 1, (size_t)size, f) == (size_t)size) {
+    cm_snapshot_options_t so;
+    cm_snapshot_options_init(&so);
+    so.device = o->snapshot_device;
+    so.free_on_requested = o->free_on_requested;
+    if (cm_snapshot_frames(buf, (size_t)size, &so, fr, NULL) != CM_OK) memset(fr, 0, sizeof *fr);
+  }
+  free(buf);
+  fclose(f);
+}
+
 int cli_replay_write_html(const char *path, const char *const *traces, size_t nt,
-                          const layout_t *lays, const run_t *runs, size_t nl) {
+                          const layout_t *lays, const run_t *runs, size_t nl, const opts_t *o) {
   cm_replay_html_panel_t *panels = calloc(nt ? nt : 1, sizeof *panels);
+  cm_snapshot_frames_t *frames = calloc(nt ? nt : 1, sizeof *frames);
   size_t ns = nt * nl;
   cm_replay_html_series_t *series = calloc(ns ? ns : 1, sizeof *series);
-  int rc = panels && series ? CM_OK : CM_ENOMEM;
+  int rc = panels && series && frames ? CM_OK : CM_ENOMEM;
   for (size_t ti = 0; ti < nt && rc == CM_OK; ti++) {
+    snapshot_frames(traces[ti], o, &frames[ti]);
     panels[ti] = (cm_replay_html_panel_t){.title = traces[ti], .series = &series[ti * nl],
-                                          .series_count = nl};
+                                          .series_count = nl,
+                                          .extra_json = frames[ti].table_json,
+                                          .alloc_frames = (const char *const *)frames[ti].alloc_frames,
+                                          .alloc_frames_count = frames[ti].count};
     for (size_t l = 0; l < nl; l++) {
       const run_t *r = &runs[ti * nl + l];
       series[ti * nl + l] = (cm_replay_html_series_t){lays[l].text, &r->res, r->rec, r->json};
@@ -209,6 +235,8 @@ int cli_replay_write_html(const char *path, const char *const *traces, size_t nt
   } else {
     fprintf(stderr, "cubemem replay: out of memory writing %s\n", path);
   }
+  for (size_t ti = 0; frames && ti < nt; ti++) cm_snapshot_frames_free(&frames[ti]);
+  free(frames);
   free(series);
   free(panels);
   return rc == CM_OK ? 0 : 1;

@@ -85,6 +85,7 @@ struct cm_ptr_allocator {
   stream_slot *slots;
   size_t nslots, capslots;
   uint64_t reserved_now, reserved_peak;
+  uint64_t in_use_now, in_use_peak; /* requested bytes of live pointers */
   uint64_t live, allocs, frees, failed, retries;
   cm__u64map uses;         /* address -> use_rec* for pointers used on other streams */
   deferred_free *deferred; /* frees waiting for events */
@@ -464,6 +465,8 @@ static int alloc_locked(cm_ptr_allocator_t *a, uint64_t size, void *stream, void
   *out = (void *)(uintptr_t)res.addr;
   a->live++;
   a->allocs++;
+  a->in_use_now += size;
+  if (a->in_use_now > a->in_use_peak) a->in_use_peak = a->in_use_now;
   return CM_OK;
 }
 
@@ -522,7 +525,13 @@ int cm_ptr_free(cm_ptr_allocator_t *a, void *ptr, void *stream) {
     pthread_mutex_unlock(&a->lock);
     return CM_ENOTFOUND;
   }
-  void *d = cm__u64map_remove(&s->ptrs, (uint64_t)(uintptr_t)ptr);
+  void *d = cm__u64map_get(&s->ptrs, (uint64_t)(uintptr_t)ptr);
+  cm_binding_t b = cm_handle_binding((cm_handle_t){.d = d});
+  cm_storage_handle_t sh;
+  if (cm_manager_get_storage(s->m, b, &sh, NULL) == CM_OK)
+    a->in_use_now -= sh.size < a->in_use_now ? sh.size : a->in_use_now;
+  cm_binding_release(b);
+  d = cm__u64map_remove(&s->ptrs, (uint64_t)(uintptr_t)ptr);
   if (!a->uses.count || !defer_free(a, s, (uint64_t)(uintptr_t)ptr, d))
     cm_handle_release((cm_handle_t){.d = d});
   a->live--;
@@ -570,6 +579,7 @@ static void usage_locked(cm_ptr_allocator_t *a, cm_ptr_usage_t *out) {
   out->streams = a->nslots;
   out->live_pointers = a->live;
   out->bytes_reserved_peak = a->reserved_peak;
+  out->bytes_in_use_peak = a->in_use_peak;
   out->allocs = a->allocs;
   out->frees = a->frees;
   out->failed_allocs = a->failed;

@@ -63,7 +63,27 @@ typedef struct parser {
   int col[COL_COUNT]; /* field index of each column, -1 if absent */
   size_t nfields;     /* fields a data line must have; 0 = 5 or 6 (no header) */
   char msg[160];
+  /* times: RMM logs carry the time of day; event times count from the
+   * first timed row, and a time more than 12 h before the previous one is
+   * the next day (a run across midnight) */
+  bool have_t0;
+  uint64_t t0, prev, day;
 } parser_t;
+
+#define DAY_US (86400ull * 1000000ull)
+
+/* The time of a row relative to the first timed row of the trace. */
+static uint64_t relative_time(parser_t *ps, uint64_t tod) {
+  if (!ps->have_t0) {
+    ps->have_t0 = true;
+    ps->t0 = ps->prev = tod;
+  }
+  if (tod < ps->prev && ps->prev - tod > DAY_US / 2 && ps->day <= UINT64_MAX - DAY_US)
+    ps->day += DAY_US; /* wrapped past midnight */
+  ps->prev = tod;
+  uint64_t abs = tod > UINT64_MAX - ps->day ? UINT64_MAX : tod + ps->day;
+  return abs > ps->t0 ? abs - ps->t0 : 0;
+}
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -366,6 +386,7 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
     snprintf(ps->msg, sizeof ps->msg, "bad time '%s' (expected HH:MM:SS.ffffff)", q);
     return CM_EPARSE;
   }
+  if (ps->col[COL_TIME] >= 0 && f[ps->col[COL_TIME]].n) time_us = relative_time(ps, time_us);
   cm_trace_t *t = ps->t;
   if (kind == 2) {
     t->alloc_failures++;

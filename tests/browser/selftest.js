@@ -269,6 +269,79 @@
           "trace " + ti + " address " + k + ": card shows when it was freed");
         if (A.frames && A.frames[best]) check(!!card.querySelector('[data-key="frames"]'), "trace " + ti + " address " + k + ": card shows the stack frames");
       });
+      /* the peak labels of the timeline do not overlap */
+      const pl = v.peakLabels || [];
+      let overlaps = 0;
+      for (let p = 0; p < pl.length; p++) for (let q = 0; q < p; q++)
+        if (pl[p].x < pl[q].x + pl[q].w && pl[q].x < pl[p].x + pl[p].w && Math.abs(pl[p].y - pl[q].y) < 12) overlaps++;
+      check(pl.length === v.drawn.length && overlaps === 0, "trace " + ti + ": one peak label per layout, none overlapping", pl.length + " labels, " + overlaps + " overlaps");
+      /* stack frames: said when absent; the note and the tables when present */
+      const fnote = sec.querySelector('[data-key="frames-note"]');
+      if (v.addr.length) check(fnote && (trace.allocations.frames ? /from the snapshot/.test(fnote.textContent) : /none in this input/.test(fnote.textContent)),
+        "trace " + ti + ": the page says whether it has stack frames", fnote && fnote.textContent);
+      /* live at the peak: the largest allocations live after the peak event,
+       * largest first, and the peak equals the trace's (all drawn) */
+      const A = trace.allocations;
+      const lt = sec.querySelector('table.live[data-table="peak"]');
+      check(!!lt, "trace " + ti + ": a 'live at the peak' table");
+      if (lt) {
+        const pk = v.peakOfLive();
+        if (A.shown === A.total && trace.layouts[0].report)
+          check(pk.bytes === trace.layouts[0].report.peak_live_bytes, "trace " + ti + ": the table's peak is the trace's peak of live bytes", pk.bytes + " vs " + trace.layouts[0].report.peak_live_bytes);
+        const rows = Array.from(lt.querySelectorAll("tbody tr"));
+        const idx = rows.map(r => Number(r.getAttribute("data-alloc")));
+        let liveOk = idx.length > 0 && idx.length <= 10, desc = true, sum = 0;
+        idx.forEach((i, k) => {
+          sum += A.size[i];
+          if (!(A.alloc_event[i] <= pk.event && (A.free_event[i] < 0 || A.free_event[i] > pk.event))) liveOk = false;
+          if (k && A.size[idx[k - 1]] < A.size[i]) desc = false;
+        });
+        check(liveOk && desc && sum <= pk.bytes, "trace " + ti + ": the rows are live at the peak, largest first, at most 10", idx.join(","));
+        let larger = 0; /* nothing left out is larger than the last row */
+        for (let i = 0; i < A.size.length; i++)
+          if (A.alloc_event[i] <= pk.event && (A.free_event[i] < 0 || A.free_event[i] > pk.event) && idx.indexOf(i) < 0 && A.size[i] > A.size[idx[idx.length - 1]]) larger++;
+        check(larger === 0, "trace " + ti + ": no live allocation left out is larger than the rows", larger);
+        check(rows.length && rows[0].querySelector('[data-key="size"]').textContent === bytes(A.size[idx[0]]), "trace " + ti + ": the size column shows the size");
+        if (A.frames) {
+          const withFrames = rows.filter(r => A.frames[Number(r.getAttribute("data-alloc"))]);
+          check(withFrames.every(r => { const sm = r.querySelector("summary"); return sm && sm.textContent.length > 0 && /:\d+ /.test(sm.textContent); }) &&
+                rows.filter(r => !A.frames[Number(r.getAttribute("data-alloc"))]).every(r => r.querySelector("td.where").textContent === DASH),
+            "trace " + ti + ": each row with a stack names a frame (file:line function), the others a dash", withFrames.length);
+        }
+        /* clicking a row outlines it in the address views */
+        if (rows.length && v.addr.length) {
+          rows[0].click();
+          check(v.addr.every(av => av.marked === idx[0]), "trace " + ti + ": clicking a row outlines that allocation");
+          rows[0].click();
+          check(v.addr.every(av => av.marked === -1), "trace " + ti + ": clicking it again removes the outline");
+        }
+      }
+      /* the first failed reservation of each layout that had one */
+      trace.layouts.forEach((lay, li) => {
+        const L = lay.allocations;
+        if (!L) return;
+        const failed = L.pool.some(p => p < 0);
+        const ft = sec.querySelector('table.live[data-table="failure-' + li + '"]');
+        check(failed === !!ft, "trace " + ti + " layout " + li + ": a failure table exactly when a reservation failed", failed + " " + !!ft);
+      });
+      /* click pins the card: hovering elsewhere keeps it, a second click closes it */
+      if (v.addr.length) {
+        const av = v.addr[0], L0 = av.lay.allocations;
+        let best = -1;
+        for (let n = 0; n < A.size.length; n++) if (L0.pool[n] >= 0 && (best < 0 || A.size[n] > A.size[best])) best = n;
+        const pos = best >= 0 ? av.locate(best) : null;
+        if (pos) {
+          const card = document.getElementById("hovercard");
+          mouse(av.canvas, "click", pos.x, pos.y);
+          check(card.hasAttribute("data-pinned") && !card.hidden && card.getAttribute("data-alloc") === String(best), "trace " + ti + ": a click keeps the allocation's card");
+          const r = av.canvas.getBoundingClientRect();
+          mouse(av.canvas, "mousemove", r.left + 2, r.top + 2);
+          mouse(av.canvas, "mouseleave", r.left + 2, r.top + 2);
+          check(!card.hidden && card.getAttribute("data-alloc") === String(best), "trace " + ti + ": the kept card stays while the pointer moves on");
+          mouse(av.canvas, "click", pos.x, pos.y);
+          check(!card.hasAttribute("data-pinned") && card.hidden, "trace " + ti + ": a second click closes it");
+        }
+      }
       /* leave the first layout's card and a picked moment visible for the screenshot */
       if (v.addr.length) {
         const av = v.addr[0], A = trace.allocations;

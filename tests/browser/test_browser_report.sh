@@ -171,6 +171,28 @@ printf 'Action,Pointer,Size\nallocate,0x1,4096\nallocate,0x2,99999999999999\nall
 [ $? -eq 3 ] && ok "multi: two traces, one without times, one failed reservation (exit 3)" || bad "multi: replay failed (expected exit 3 for the failed reservation)"
 selftest multi "$OUT/multi.html"
 
+# ---- a PyTorch snapshot recorded with stacks: frames per allocation ------------
+SNAP="$SHARED/traces/snapshots/cs336-medium-ctx128-inference.pickle"
+if [ -n "$SHARED" ] && [ -f "$SNAP" ]; then
+  "$CM" replay --pools default --pools pytorch --html "$OUT/snapshot.html" "$SNAP" >/dev/null 2>"$OUT/snapshot.err"
+  [ $? -eq 0 ] && ok "snapshot: replay --html exits 0" || bad "snapshot: replay --html failed"
+  python3 - "$OUT/snapshot.html" <<'EOF2' && ok "snapshot: allocations carry the snapshot's frames" || bad "snapshot: frames"
+import json, re, sys
+page = open(sys.argv[1], encoding="utf-8").read()
+d = json.loads(re.search(r'<script type="application/json" id="cubemem-data">(.*?)</script>', page, re.S).group(1))
+t = d["traces"][0]
+a, table = t["allocations"], t["extra"]["frames"]
+assert len(a["frames"]) == a["shown"]
+withf = [f for f in a["frames"] if f]
+assert len(withf) > a["shown"] // 2, (len(withf), a["shown"])
+assert all(isinstance(i, int) and 0 <= i < len(table) for f in withf for i in f)
+assert any(".py:" in s for s in table)
+EOF2
+  selftest snapshot "$OUT/snapshot.html"
+else
+  echo "# ../shared is absent: the snapshot report (frames) is not checked"
+fi
+
 # ---- 4: a 100k-event trace ------------------------------------------------------
 BIG="$SHARED/traces/cpu/torch-cpu-mobilenet-train.csv"
 if [ -n "$SHARED" ] && [ -f "$BIG" ]; then

@@ -39,12 +39,38 @@ check_fit "$EX" "sliced:page=64MiB;exclusive:max=1GiB;direct" # explicit: preset
 out=$("$CM" fit --no-progress "$EX")
 check "text report names the layout" grep -q "default" <<<"$out"
 check "text report has the ratio header" grep -q "fits in" <<<"$out"
-js=$("$CM" fit --json --no-progress "$EX")
+js=$("$CM" fit --json --no-progress --pools default "$EX")
 fb=$(field fit_bytes "$js")
 check "text report shows the same bytes as the JSON" grep -q "$fb" <<<"$out"
 rj=$("$CM" replay --fit --json --no-progress "$EX")
 check "replay --fit reports the same smallest device" test "$(field fit_bytes "$rj")" = "$fb"
 check "replay --fit text row" grep -q "smallest device" <<<"$("$CM" replay --fit --no-progress "$EX")"
+
+# Without --pools: cubemem's default and PyTorch's two modes, then "fits on".
+check "no --pools: three allocators side by side" test "$(grep -c '^  torch-cpu-gpt-train.csv ' <<<"$out")" -eq 6
+check "each names the allocator it assumes" grep -q "pytorch-expandable .*PyTorch's CUDA caching allocator.*expandable_segments:True" <<<"$out"
+check "fits on: the built-in list, smallest first" grep -q "pytorch  *PyTorch  *[0-9.]* GiB  T4 (14.75 GiB) *T4, L4, A10, RTX 4090, A100 40GB, H100 80GB, A100 80GB, H200, B200" <<<"$out"
+check "fits on names the reserve" grep -q "plus 500 MiB kept for the CUDA context" <<<"$out"
+js3=$("$CM" fit --json --no-progress "$EX")
+check "no --pools, --json: three objects" test "$(grep -c '^{' <<<"$js3")" -eq 3
+check "--json: allocators cubemem, pytorch, pytorch" test "$(sed -n 's/.*"allocator":"\([a-z]*\)".*/\1/p' <<<"$js3" | tr '\n' ' ')" = "cubemem pytorch pytorch "
+check "--json: needs = fit + 500 MiB" test "$(field needs_bytes "$(head -1 <<<"$js3")")" -eq $((fb + 524288000))
+check "--json: smallest_gpu and fits_on" grep -q '"smallest_gpu":"T4","fits_on":\["T4","L4",' <<<"$js3"
+# A list of one's own: the trace needs about 1.13 GiB; 1.25 GiB holds it only with no reserve.
+own=$("$CM" fit --json --no-progress --pools default --gpus 'big=64GiB, small=1.25GiB' --reserve 0 "$EX")
+check "--gpus LIST --reserve 0: the smallest that fits" grep -q '"reserve_bytes":0,.*"smallest_gpu":"small","fits_on":\["small","big"\]' <<<"$own"
+own=$("$CM" fit --json --no-progress --pools default --gpus 'big=64GiB, small=1.25GiB' --reserve 200MiB "$EX")
+check "--reserve 200MiB leaves the small one out" grep -q '"smallest_gpu":"big","fits_on":\["big"\]' <<<"$own"
+printf '# my cards\nsmall = 512MiB\nbig=1GiB  # comment\n' >"$TMP/gpus.txt"
+own=$("$CM" fit --no-progress --pools default --gpus "$TMP/gpus.txt" "$EX")
+check "--gpus FILE: none of the list fits" grep -q "none of the list  *(the largest, big, has 1 GiB)" <<<"$own"
+own=$("$CM" fit --json --no-progress --pools default --gpus "$TMP/gpus.txt" "$EX")
+check "--json: smallest_gpu null when none fits" grep -q '"smallest_gpu":null,"fits_on":\[\]' <<<"$own"
+"$CM" fit --gpus 'T4' "$EX" >/dev/null 2>"$TMP/g.err"; check "--gpus without a size exits 2" test $? -eq 2
+check "and says NAME=SIZE" grep -q "is not NAME=SIZE" "$TMP/g.err"
+"$CM" fit --gpus 'T4=16G' "$EX" >/dev/null 2>&1; check "--gpus with a bad size exits 2" test $? -eq 2
+"$CM" fit --gpus ',' "$EX" >/dev/null 2>&1; check "--gpus with no entry exits 2" test $? -eq 2
+"$CM" fit --reserve 1X "$EX" >/dev/null 2>&1; check "--reserve with a bad size exits 2" test $? -eq 2
 
 "$CM" fit --no-progress --pools 'arena:object=8MiB' "$EX" >/dev/null 2>&1
 rc=$?

@@ -54,7 +54,10 @@ fo=$("$CM" fit --no-config --no-progress --pools default --pools pytorch --pools
 grep -q "the allocator each layout assumes" <<<"$fo" && ok "fit: legend" || bad "fit: legend"
 grep -q "^  pytorch-expandable  *PyTorch's CUDA caching allocator (model), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" <<<"$fo" \
   && ok "fit: expandable legend" || bad "fit: expandable legend"
-expect "fit: three rows" "$(grep -c '^  torch-cpu-gpt-train.csv' <<<"$fo")" 3
+expect "fit: three rows, three 'fits on' rows" "$(grep -c '^  torch-cpu-gpt-train.csv' <<<"$fo")" 6
+expect "fit without --pools: the same answer" \
+  "$("$CM" fit --no-config --no-progress "$EX" | grep '^  torch-cpu-gpt-train.csv')" \
+  "$(grep '^  torch-cpu-gpt-train.csv' <<<"$fo")"
 fj=$("$CM" fit --no-config --no-progress --json --pools pytorch "$EX")
 grep -q '"allocator":"pytorch"' <<<"$fj" && ok "fit --json: allocator" || bad "fit --json: allocator"
 fb=$(field fit_bytes "$fj")

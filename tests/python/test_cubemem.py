@@ -72,6 +72,22 @@ if has_fit:
           f[0]["driver_time_model"] == runs[0]["driver_time_model"],
           "fit's unconstrained replay is replay()'s")
     print(f"fit: fit_bytes {f[0]['fit_bytes']}")
+    three = cubemem.fit(TRACE)  # no pools: cubemem's default and PyTorch's two modes
+    check([x["layout"] for x in three] == ["default", "pytorch", "pytorch-expandable"] and
+          [x["allocator"] for x in three] == ["cubemem", "pytorch", "pytorch"],
+          f"fit() answers for three allocators: {[x['layout'] for x in three]}")
+    check(three[0]["fit_bytes"] == f[0]["fit_bytes"] and three[0]["smallest_gpu"] == "T4" and
+          three[0]["fits_on"][:2] == ["T4", "L4"] and
+          three[0]["needs_bytes"] == three[0]["fit_bytes"] + (500 << 20),
+          f"fits on: {three[0].get('smallest_gpu')} {three[0].get('fits_on')}")
+    own = cubemem.fit(TRACE, pools="default", gpus={"small": "1GiB", "big": 2 << 30}, reserve=0)[0]
+    check(own["smallest_gpu"] == "big" and own["fits_on"] == ["big"] and own["reserve_bytes"] == 0,
+          f"fit(gpus=, reserve=): {own.get('smallest_gpu')} {own.get('fits_on')}")
+    try:
+        cubemem.fit(TRACE, gpus="T4")
+        check(False, "a bad gpus= must raise")
+    except cubemem.CubememError as e:
+        check("NAME=SIZE" in str(e), f"gpus= error: {e}")
 else:
     try:
         cubemem.fit(TRACE)
@@ -79,11 +95,23 @@ else:
     except cubemem.CubememError as e:
         print(f"fit: not in this cubemem yet ({str(e).splitlines()[0][:80]})")
 
-# a snapshot (PyTorch pickle) replays after conversion
+# a snapshot (PyTorch pickle): the tool reads it, so the results name it and
+# carry its fields; html= and svg= write the reports
 snap = os.path.join(SHARED, "traces", "snapshots", "cs336-medium-ctx128-inference.pickle")
 if os.path.exists(snap):
-    r = cubemem.replay(snap)[0]
+    html, svg = os.path.join(WORK, "r.html"), os.path.join(WORK, "r.svg")
+    r = cubemem.replay(snap, html=html, svg=svg)[0]
     check(r["failed_allocs"] == 0 and r["allocs"] > 0, "snapshot replay")
+    check(r["trace"] == snap, f"the result names the snapshot: {r['trace']}")
+    check(r["torch_reserved_bytes"] > 0 and r["torch_segments"] > 0 and r["snapshot_device"] == 0,
+          "the snapshot's fields")
+    cli = json.loads(subprocess.run([CLI, "replay", "--json", "--no-progress", snap],
+                                    capture_output=True, text=True).stdout.splitlines()[0])
+    same = ("trace", "peak_reserved_bytes", "torch_reserved_bytes", "torch_segments",
+            "preexisting_allocs", "driver_calls", "driver_time_model")
+    check(all(cli[k] == r[k] for k in same), "replay() is `cubemem replay --json`")
+    check(open(html).read().startswith("<!DOCTYPE html>") and "<svg" in open(svg).read(),
+          "html= and svg= write the reports")
     print(f"snapshot: {r['allocs']} allocations, peak live {r['peak_live_bytes']:,}")
 else:
     print(f"note: {snap} absent; snapshot replay not checked")
@@ -101,6 +129,17 @@ if os.environ.get("CUBEMEM_TORCH_LIBRARY"):
     check(s["device_total"] == 2 << 30, f"device total from cuMemGetInfo: {s}")
     ms = cubemem.torch.memory_stats(0)
     check(ms["allocated_bytes.all.current"] == s["in_use"], "torch-style keys")
+    check(ms["allocated_bytes.all.peak"] == s["peak_in_use"] >= s["in_use"],
+          "allocated_bytes.all.peak (max_memory_allocated)")
+    need = [f"{m}.{p}.{k}" for m in ("allocated_bytes", "active_bytes", "requested_bytes",
+                                     "reserved_bytes", "inactive_split_bytes", "allocation",
+                                     "active", "segment", "inactive_split")
+            for p in ("all", "large_pool", "small_pool")
+            for k in ("current", "peak", "allocated", "freed")]
+    need += [f"{m}.{k}" for m in ("oversize_allocations", "oversize_segments")
+             for k in ("current", "peak", "allocated", "freed")]
+    need += ["num_alloc_retries", "num_ooms"]
+    check(not [k for k in need if k not in ms], "every key memory_summary() reads")
     cubemem.record_stream(ptrs[0], 0)  # its own (default) stream: accepted
     try:
         cubemem.record_stream(12345, 0)

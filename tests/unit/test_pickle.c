@@ -239,11 +239,66 @@ static void snapshot_to_csv(void) {
   EXPECT_CONTAINS(d.message, "not a pickle");
 }
 
+/* Frames: {'device_traces': [[
+ *   {'action': 'alloc', 'addr': 4096, 'size': 16, 'time_us': 5, 'frames': [
+ *      {'filename': 'train.py', 'line': 12, 'name': 'forward'}, {'filename': 'lib.py', 'line': 3, 'name': 'f'}]},
+ *   {'action': 'free_completed', 'addr': 20480, 'time_us': 5},   (live before recording)
+ *   {'action': 'alloc', 'addr': 8192, 'size': 32, 'time_us': 6},  (no stack)
+ *   {'action': 'alloc', 'addr': 12288, 'size': 8, 'time_us': 7, 'frames': [train.py:12 forward]}]],
+ *  'segments': []} */
+#define FRAME_TRAIN "}(\x8c\x08" "filename" "\x8c\x08" "train.py" "\x8c\x04" "line" "K\x0c" "\x8c\x04" "name" "\x8c\x07" "forward" "u"
+#define FRAME_LIB "}(\x8c\x08" "filename" "\x8c\x06" "lib.py" "\x8c\x04" "line" "K\x03" "\x8c\x04" "name" "\x8c\x01" "f" "u"
+static const char k_frames[] =
+    "\x80\x02}(\x8c\x0d" "device_traces" "](](}("
+    "\x8c\x06" "action" "\x8c\x05" "alloc" "\x8c\x04" "addr" "M\x00\x10" "\x8c\x04" "size" "K\x10"
+    "\x8c\x07" "time_us" "K\x05" "\x8c\x06" "frames" "](" FRAME_TRAIN FRAME_LIB "e" "u}("
+    "\x8c\x06" "action" "\x8c\x0e" "free_completed" "\x8c\x04" "addr" "M\x00\x50"
+    "\x8c\x07" "time_us" "K\x05" "u}("
+    "\x8c\x06" "action" "\x8c\x05" "alloc" "\x8c\x04" "addr" "M\x00\x20" "\x8c\x04" "size" "K\x20"
+    "\x8c\x07" "time_us" "K\x06" "u}("
+    "\x8c\x06" "action" "\x8c\x05" "alloc" "\x8c\x04" "addr" "M\x00\x30" "\x8c\x04" "size" "K\x08"
+    "\x8c\x07" "time_us" "K\x07" "\x8c\x06" "frames" "](" FRAME_TRAIN "e" "u"
+    "ee"
+    "\x8c\x08" "segments" "]"
+    "u.";
+
+static void snapshot_frames(void) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  cm_snapshot_frames_t f;
+  int rc = cm_snapshot_frames(k_frames, sizeof k_frames - 1, NULL, &f, &d);
+  if (rc) fprintf(stderr, "frames: %s\n", d.message);
+  ASSERT_OK(rc);
+  /* the trace's ALLOC events: 0x5000 (live before recording), 0x1000, 0x2000, 0x3000 */
+  cm_trace_t *t = NULL;
+  ASSERT_OK(cm_trace_parse_snapshot(k_frames, sizeof k_frames - 1, NULL, &t, NULL, &d));
+  EXPECT_EQ(t->allocs, 4);
+  cm_trace_free(t);
+  ASSERT(f.count == 4);
+  EXPECT(f.alloc_frames[0] == NULL);
+  EXPECT_STR(f.alloc_frames[1], "[0,1]");
+  EXPECT(f.alloc_frames[2] == NULL);
+  EXPECT_STR(f.alloc_frames[3], "[0]");
+  EXPECT_STR(f.table_json, "{\"frames\":[\"train.py:12 forward\",\"lib.py:3 f\"]}");
+  cm_snapshot_frames_free(&f);
+  EXPECT(f.count == 0 && f.alloc_frames == NULL && f.table_json == NULL);
+  cm_snapshot_frames_free(NULL);
+
+  /* no frames recorded: count 0 */
+  ASSERT_OK(cm_snapshot_frames(k_snap, sizeof k_snap - 1, NULL, &f, &d));
+  EXPECT(f.count == 0 && f.table_json == NULL);
+  /* not a snapshot: the conversion's error, nothing to free */
+  EXPECT_STATUS(cm_snapshot_frames("abc", 3, NULL, &f, &d), CM_EPARSE);
+  EXPECT(f.count == 0);
+  EXPECT_STATUS(cm_snapshot_frames(k_snap, sizeof k_snap - 1, NULL, NULL, &d), CM_EINVAL);
+}
+
 int main(void) {
   CM_RUN(ints_floats_strings);
   CM_RUN(containers_memo_and_stack_ops);
   CM_RUN(refuses_code);
   CM_RUN(malformed);
   CM_RUN(snapshot_to_csv);
+  CM_RUN(snapshot_frames);
   return cm_test_finish();
 }

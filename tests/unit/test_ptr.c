@@ -88,6 +88,7 @@ static void test_basic(void) {
   EXPECT(u.total.bytes_reserved >= 4000);
   EXPECT(u.bytes_reserved_peak >= u.total.bytes_reserved);
   EXPECT_EQ(u.allocs, 2);
+  EXPECT_EQ(u.bytes_in_use_peak, 4000);
 
   /* zero bytes: NULL, no manager involvement; freeing NULL is fine */
   void *z = (void *)0x1;
@@ -104,6 +105,12 @@ static void test_basic(void) {
   ASSERT_OK(cm_ptr_usage(a, &u));
   EXPECT_EQ(u.live_pointers, 1);
   EXPECT_EQ(u.frees, 1);
+  EXPECT_EQ(u.bytes_in_use_peak, 4000); /* the peak stays after a free */
+  void *big = NULL;                       /* 3000 live + 2000 = 5000: a new peak */
+  ASSERT_OK(cm_ptr_alloc(a, 2000, NULL, &big, NULL));
+  EXPECT_OK(cm_ptr_free(a, big, NULL));
+  ASSERT_OK(cm_ptr_usage(a, &u));
+  EXPECT_EQ(u.bytes_in_use_peak, 5000);
 
   /* the freed slice is reused by the next request of that size */
   void *r = NULL;

@@ -71,7 +71,7 @@ static void parse_variants(void) {
   ASSERT_OK(rc);
   EXPECT_EQ(t->allocs, 1);
   EXPECT_EQ(t->frees, 1);
-  EXPECT_EQ(t->events[1].time_us, 1250000);
+  EXPECT_EQ(t->events[1].time_us, 750000); /* from the first event */
   cm_trace_free(t);
   /* header in another order, case-insensitive, no Time column */
   t = parse_str("size,POINTER,action\n64,0x10,allocate\n32,0x20,ALLOCATE\n0,0x10,Free\n", false,
@@ -174,14 +174,44 @@ static void parse_errors(void) {
 static void time_limits(void) {
   int rc;
   cm_diag_t d;
-  cm_trace_t *t = parse_str("1,5124095576:01:49.551615,allocate,0x1,8,0x0\n"
-                            "1,999999999999.9999999,free,0x1,8,0x0\n",
+  cm_trace_t *t = parse_str("1,0,allocate,0x1,8,0x0\n"
+                            "1,5124095576:01:49.551615,free,0x1,8,0x0\n",
                             false, &rc, &d);
   ASSERT_OK(rc);
   ASSERT(t != NULL);
   ASSERT_EQ(t->count, 2);
-  EXPECT_EQ(t->events[0].time_us, UINT64_MAX);
+  EXPECT_EQ(t->events[1].time_us, UINT64_MAX);
+  cm_trace_free(t);
+  t = parse_str("1,0,allocate,0x1,8,0x0\n1,999999999999.9999999,free,0x1,8,0x0\n", false, &rc, &d);
+  ASSERT_OK(rc);
   EXPECT_EQ(t->events[1].time_us, 999999999999999999ull); /* 7th digit dropped */
+  cm_trace_free(t);
+}
+
+/* RMM logs carry the time of day: times count from the first event, and a
+ * run across midnight keeps counting. */
+static void time_of_day(void) {
+  int rc;
+  cm_diag_t d;
+  cm_trace_t *t = parse_str("1,23:59:59.000000,allocate,0x1,8,0x0\n"
+                            "1,23:59:59.500000,allocate,0x2,8,0x0\n"
+                            "1,00:00:00.250000,free,0x1,8,0x0\n"
+                            "1,00:00:02.000000,free,0x2,8,0x0\n",
+                            false, &rc, &d);
+  ASSERT_OK(rc);
+  ASSERT_EQ(t->count, 4);
+  EXPECT_EQ(t->events[0].time_us, 0);
+  EXPECT_EQ(t->events[1].time_us, 500000);
+  EXPECT_EQ(t->events[2].time_us, 1250000);
+  EXPECT_EQ(t->events[3].time_us, 3000000);
+  EXPECT_EQ(t->duration_us, 3000000);
+  cm_trace_free(t);
+  /* a small step back (threads' rows out of order) is not a new day */
+  t = parse_str("1,10:00:01.000000,allocate,0x1,8,0x0\n1,10:00:00.900000,free,0x1,8,0x0\n", false,
+                &rc, &d);
+  ASSERT_OK(rc);
+  EXPECT_EQ(t->events[1].time_us, 0);
+  EXPECT_EQ(t->duration_us, 0);
   cm_trace_free(t);
 }
 
@@ -555,6 +585,7 @@ int main(void) {
   CM_RUN(parse_anomalies);
   CM_RUN(parse_errors);
   CM_RUN(time_limits);
+  CM_RUN(time_of_day);
   CM_RUN(parse_fuzz);
   CM_RUN(load_errors);
   CM_RUN(shared_traces_peak_live);
