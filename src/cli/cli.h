@@ -106,6 +106,15 @@ size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg);
  * not d->message already starts with it. */
 void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d);
 
+/* ---- output files ----------------------------------------------------------------------- */
+
+/* Check, before any work, that the file `path` given to option `opt` can be
+ * written: an existing file must be writable and not a directory, a new
+ * file's directory must exist and be writable. Creates nothing. Prints
+ * "cubemem CMD: OPT PATH: why" and returns 1 (2 for an empty name); 0 when
+ * the file can be written. */
+int cli_output_check(const char *cmd, const char *opt, const char *path);
+
 /* ---- traces --------------------------------------------------------------------------- */
 
 typedef struct cli_trace_options {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -498,6 +499,48 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
     else snprintf(used, used_cap, "%s", cfg->path);
   }
   return 0;
+}
+
+/* ---- output files ----------------------------------------------------------------------- */
+
+int cli_output_check(const char *cmd, const char *opt, const char *path) {
+  struct stat st;
+  if (!path[0]) {
+    fprintf(stderr, "cubemem %s: %s needs a file name\n", cmd, opt);
+    return 2;
+  }
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "cubemem %s: %s %s: is a directory\n", cmd, opt, path);
+      return 1;
+    }
+    if (access(path, W_OK) != 0) {
+      fprintf(stderr, "cubemem %s: %s %s: cannot write: %s\n", cmd, opt, path, strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
+  /* a new file: its directory must exist and be writable */
+  size_t n = strlen(path);
+  char *dir = malloc(n + 2);
+  if (!dir) return 1;
+  memcpy(dir, path, n + 1);
+  char *slash = strrchr(dir, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  int rc = 0;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "cubemem %s: %s %s: cannot write: the directory %s does not exist\n", cmd,
+            opt, path, dir);
+    rc = 1;
+  } else if (access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, "cubemem %s: %s %s: cannot write in %s: %s\n", cmd, opt, path, dir,
+            strerror(errno));
+    rc = 1;
+  }
+  free(dir);
+  return rc;
 }
 
 /* ---- traces --------------------------------------------------------------------------- */

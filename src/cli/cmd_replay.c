@@ -491,7 +491,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   }
   if (o->layout_count == 0) o->layouts[o->layout_count++] = "default";
   if (!isatty(STDERR_FILENO)) o->progress = false;
-  return 0;
+  int orc = 0; /* the output files, before the work */
+  if (o->svg) orc = cli_output_check("replay", "--svg", o->svg);
+  if (!orc && o->html) orc = cli_output_check("replay", "--html", o->html);
+  return orc;
 }
 
 /* The configuration (--config, discovered or none) with --persistent-memory

@@ -41,5 +41,20 @@ else
   echo "ok # SKIP /dev/full is not writable here"
 fi
 
+# ---- output paths are checked before the work --------------------------------------
+for opt in --html --svg; do
+  start=$(date +%s%N)
+  "$CM" replay --no-config "$opt" /nonexistent/x.out "$EX" "$EX" "$EX" >"$TMP/out" 2>"$TMP/err"
+  rc_is "replay $opt into a missing directory fails" $? 1
+  has "... naming the directory" "$TMP/err" "the directory /nonexistent does not exist"
+  [ -s "$TMP/out" ] && bad "$opt: the replay ran before the path was checked: $(head -c 200 "$TMP/out")" \
+                    || ok "$opt: checked before the replay (nothing printed)"
+  "$CM" replay --no-config "$opt" "$TMP" "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+  rc_is "replay $opt DIRECTORY fails" $? 1
+  has "... saying so" "$TMP/err" "is a directory"
+done
+"$CM" replay --no-config --html "$TMP/new.html" "$TMP/t.csv" >/dev/null 2>&1
+[ -s "$TMP/new.html" ] && ok "a new --html file in an existing directory is written" || bad "--html not written"
+
 echo "$n checks"
 exit $fail
