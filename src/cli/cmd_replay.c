@@ -375,6 +375,35 @@ static bool value_option(int argc, char **argv, int *i, const char **name, const
   return false;
 }
 
+/* Whether --device names a backend (sim, cuda, cuda:ALLOCATOR, vulkan,
+ * vulkan:N); prints the usage error when not. Opens nothing. */
+static bool device_name_ok(const char *device) {
+  if (!strcmp(device, "sim") || !strcmp(device, "cuda") || !strcmp(device, "vulkan")) return true;
+  cm_cuda_allocator_t kind;
+  if (!strncmp(device, "cuda:", 5)) {
+    if (cm_cuda_allocator_parse(device + 5, &kind) == CM_OK) return true;
+    fprintf(stderr, "cubemem replay: --device %s: unknown CUDA allocator '%s' (use cuda, "
+            "cuda:sync or cuda:async)\n", device, device + 5);
+    return false;
+  }
+  if (!strncmp(device, "vulkan:", 7)) {
+    char *end = NULL;
+    long index = strtol(device + 7, &end, 10);
+    if (end != device + 7 && !*end && index >= 0 && index <= 1024 && device[7] != '-' &&
+        device[7] != '+' && device[7] != ' ')
+      return true;
+    fprintf(stderr, "cubemem replay: --device %s: bad Vulkan device '%s' (use vulkan or "
+            "vulkan:N, N a device index 0, 1, ...)\n", device, device + 7);
+    return false;
+  }
+  static const char *const names[] = {"sim", "cuda", "cuda:sync", "cuda:async", "vulkan"};
+  const char *s = cli_suggest(device, names, 5);
+  fprintf(stderr, "cubemem replay: --device %s: unknown device '%s'%s%s%s (use sim, cuda, "
+          "cuda:sync, cuda:async, vulkan or vulkan:N)\n", device, device,
+          s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+  return false;
+}
+
 /* Apply option `name` with its value. Returns 0, or 2 with the reason on stderr. */
 static int set_value_option(opts_t *o, const char *name, const char *val) {
   if (!strcmp(name, "--device-memory")) {
@@ -415,6 +444,7 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
   } else if (!strcmp(name, "--html")) {
     o->html = val;
   } else if (!strcmp(name, "--device")) {
+    if (!device_name_ok(val)) return 2;
     o->device = val;
   } else if (!strcmp(name, "--torch-conf")) {
     o->torch_conf = val;

@@ -42,11 +42,23 @@ static void usage(FILE *out) {
   fprintf(out, "usage: cubemem <command> [options]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
     fprintf(out, "  %-13s %s\n", k_commands[i].name, k_commands[i].help);
-  fprintf(out, "\nRun 'cubemem <command> --help' for the options of a command.\n");
+  fprintf(out, "\nRun 'cubemem <command> --help' or 'cubemem help <command>' for the options of a\n"
+               "command.\n");
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "help") && argc > 2) { /* cubemem help CMD = cubemem CMD --help */
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+      if (!strcmp(argv[2], k_commands[i].name)) {
+        static char help[] = "--help";
+        char *args[] = {argv[2], help, NULL};
+        return check_stdout(k_commands[i].name, k_commands[i].fn(2, args));
+      }
+    fprintf(stderr, "cubemem help: unknown command '%s'\n\n", argv[2]);
     usage(stderr);
     return 2;
   }

@@ -56,5 +56,28 @@ done
 "$CM" replay --no-config --html "$TMP/new.html" "$TMP/t.csv" >/dev/null 2>&1
 [ -s "$TMP/new.html" ] && ok "a new --html file in an existing directory is written" || bad "--html not written"
 
+# ---- one command-line grammar ---------------------------------------------------------
+"$CM" fit >/dev/null 2>"$TMP/err"; rc_is "fit without a trace" $? 2
+has "... says so" "$TMP/err" "cubemem fit: no trace given"
+"$CM" plan >/dev/null 2>"$TMP/err"; rc_is "plan without a trace" $? 2
+has "... says so" "$TMP/err" "cubemem plan: no trace given"
+"$CM" help replay >"$TMP/out" 2>&1; rc_is "cubemem help replay" $? 0
+has "... shows replay's help" "$TMP/out" "usage: cubemem replay"
+"$CM" help fit >"$TMP/out" 2>&1
+has "cubemem help fit shows fit's help" "$TMP/out" "usage: cubemem fit"
+"$CM" help nosuch >/dev/null 2>"$TMP/err"; rc_is "cubemem help nosuch" $? 2
+for dev in nosuch vulkan:x vulkan:-1 cuda:nosuch; do
+  "$CM" replay --no-config --device "$dev" "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+  rc_is "--device $dev is a usage error" $? 2
+done
+for cmd in replay fit plan; do
+  "$CM" $cmd --no-config --snapshot-device x "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+  rc_is "$cmd --snapshot-device x is a usage error" $? 2
+done
+"$CM" fit --no-config --confirm -1 "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "fit --confirm -1" $? 2
+hasnt "... does not talk about sizes" "$TMP/err" "unit"
+has "... asks for a count" "$TMP/err" "count"
+"$CM" fit --no-config --confirm 2MiB "$TMP/t.csv" >/dev/null 2>&1; rc_is "fit --confirm 2MiB" $? 2
+
 echo "$n checks"
 exit $fail

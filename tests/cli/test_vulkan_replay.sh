@@ -72,7 +72,7 @@ rc=$?
   || bad "vulkan:99: exit $rc, $(cat "$TMP/e1")"
 "$CM" replay --device vulkan:x "$EX" >/dev/null 2>"$TMP/e2"
 rc=$?
-[ $rc -eq 1 ] && grep -q "bad Vulkan device 'x'" "$TMP/e2" && ok "malformed device index refused" \
+[ $rc -eq 2 ] && grep -q "bad Vulkan device 'x'" "$TMP/e2" && ok "malformed device index refused" \
   || bad "vulkan:x: exit $rc, $(cat "$TMP/e2")"
 CM_VULKAN_LIBRARY=/nonexistent/libvulkan.so.1 "$CM" replay --device vulkan "$EX" >/dev/null 2>"$TMP/e3"
 rc=$?
