@@ -527,6 +527,32 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   return orc;
 }
 
+/* The memory logger of the configuration belongs to the application: it
+ * must not write into this tool's stdout (--json is JSON only) nor create
+ * files wherever the tool runs. A discovered configuration's logger is
+ * ignored; one given with --config is used with its stdout sink sent to
+ * stderr, and the log file named. Each case is a note on stderr. */
+static void app_logger(const opts_t *o, cm_config_t *cfg) {
+  if (!o->config_path) {
+    fprintf(stderr, "cubemem replay: note: the memory logger of %s is the application's and is "
+            "not used here (give --config to use it; its stdout output then goes to stderr)\n",
+            o->config_used);
+    cfg->logger.level = CM_LOG_DISABLED;
+    return;
+  }
+  if (cfg->logger.to_stdout) {
+    cfg->logger.to_stdout = false;
+    cfg->logger.to_stderr = true;
+    fprintf(stderr, "cubemem replay: note: the memory logger writes to stderr, not stdout\n");
+  }
+  if (cfg->logger.file) {
+    char *abs = cfg->logger.file[0] == '/' ? NULL : realpath(".", NULL);
+    fprintf(stderr, "cubemem replay: note: the memory log goes to %s%s%s\n", abs ? abs : "",
+            abs ? "/" : "", cfg->logger.file);
+    free(abs);
+  }
+}
+
 /* The configuration (--config, discovered or none) with --persistent-memory
  * applied, and the logger it asks for (NULL when disabled) into *logger;
  * o->config_used names the file. Returns the exit status; on failure *cfg
@@ -547,6 +573,7 @@ static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
     return 2;
   }
   *logger = NULL;
+  if (cfg->logger.level != CM_LOG_DISABLED) app_logger(o, cfg);
   if (cfg->logger.level != CM_LOG_DISABLED &&
       cm_config_make_logger(cfg, NULL, NULL, logger, &d) != CM_OK) {
     fprintf(stderr, "cubemem replay: logger: %s\n", d.message);

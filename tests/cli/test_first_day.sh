@@ -79,5 +79,19 @@ hasnt "... does not talk about sizes" "$TMP/err" "unit"
 has "... asks for a count" "$TMP/err" "count"
 "$CM" fit --no-config --confirm 2MiB "$TMP/t.csv" >/dev/null 2>&1; rc_is "fit --confirm 2MiB" $? 2
 
+# ---- --json is JSON only; the application's logger stays out of the tool's way ---------
+mkdir -p "$TMP/app"
+printf '[memory]\nlogger = { level = "basic", stdout = true, file = "logs/mem.log" }\n' >"$TMP/app/cubecl.toml"
+(cd "$TMP/app" && "$CM" replay --json "$TMP/t.csv" >"$TMP/out" 2>"$TMP/err"); rc_is "replay --json with a discovered logger" $? 0
+python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/out" 2>/dev/null \
+  && ok "... stdout is JSON only" || bad "stdout is not JSON: $(head -c 300 "$TMP/out")"
+[ -e "$TMP/app/logs" ] && bad "the discovered logger created logs/ in the working directory" || ok "... no logs/ created"
+has "... a note says the logger is not used" "$TMP/err" "is the application's"
+(cd "$TMP/app" && "$CM" replay --json --config cubecl.toml "$TMP/t.csv" >"$TMP/out" 2>"$TMP/err")
+python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/out" 2>/dev/null \
+  && ok "--config logger: stdout is JSON only" || bad "--config logger: stdout is not JSON: $(head -c 300 "$TMP/out")"
+has "... its messages go to stderr" "$TMP/err" "Using memory pool"
+has "... and the log file is named" "$TMP/err" "the memory log goes to $TMP/app/logs/mem.log"
+
 echo "$n checks"
 exit $fail
