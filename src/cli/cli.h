@@ -128,6 +128,14 @@ typedef struct cli_trace_info {
   cm_snapshot_info_t snap; /* when is_snapshot */
 } cli_trace_info_t;
 
+/* What the file at `path` looks like when its first 64 KiB show it is not a
+ * trace (cli_sniff.c): a PNG, gzip/zip/xz/... data, an ELF binary, a PDF,
+ * NUL or other binary bytes, a pickle whose top-level object is not a dict.
+ * Returns 1 with the description in what ("a PNG image"), 0 when it may be
+ * a trace (or cannot be opened, or is "-": the reader reports). Reads at
+ * most 64 KiB into a static buffer: not thread-safe. Prints nothing. */
+int cli_sniff_trace(const char *path, char *what, size_t cap);
+
 /* Load a CSV trace or a PyTorch snapshot (detected by content) and print its
  * warnings (skipped lines, unknown frees, allocation failures, pre-existing
  * memory, an empty trace) on stderr. o and info may be NULL. Returns 0 or 1

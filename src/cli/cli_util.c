@@ -557,6 +557,12 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
   }
   cli_trace_info_t tmp;
   memset(&tmp, 0, sizeof tmp);
+  if (info) *info = tmp;
+  char what[300];
+  if (cli_sniff_trace(path, what, sizeof what)) { /* before reading it whole */
+    fprintf(stderr, "%s: not a trace: this is %s\n", path, what);
+    return 1;
+  }
   cm_diag_t d;
   cm_diag_clear(&d);
   int rc = cm_trace_load_any(path, &po, &so, out, &tmp.is_snapshot, &tmp.snap, &d);

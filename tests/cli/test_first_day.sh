@@ -93,5 +93,36 @@ python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/o
 has "... its messages go to stderr" "$TMP/err" "Using memory pool"
 has "... and the log file is named" "$TMP/err" "the memory log goes to $TMP/app/logs/mem.log"
 
+# ---- inputs that are not traces are named ---------------------------------------------
+printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR' >"$TMP/img.png"
+gzip -c "$TMP/t.csv" >"$TMP/t.csv.gz"
+printf 'PK\x03\x04\x14\0\0\0' >"$TMP/model.pt"
+printf '\x7fELF\x02\x01\x01\0' >"$TMP/prog"
+printf '%%PDF-1.7\n' >"$TMP/doc.pdf"
+python3 -c 'import pickle,sys; pickle.dump([1, 2, 3], open(sys.argv[1], "wb"), protocol=4)' "$TMP/list.pickle"
+truncate -s 2G "$TMP/zeros.bin" 2>/dev/null || head -c 100000000 /dev/zero >"$TMP/zeros.bin"
+for spec in "img.png:a PNG image" "t.csv.gz:gzip" "t.csv.gz:gunzip" "model.pt:a zip archive" "prog:an ELF binary" \
+            "doc.pdf:a PDF document" "list.pickle:a pickle of a list, not a PyTorch memory snapshot" \
+            "zeros.bin:NUL byte"; do
+  f=${spec%%:*} want=${spec#*:}
+  "$CM" replay --no-config "$TMP/$f" >/dev/null 2>"$TMP/err"; rc_is "replay $f" $? 1
+  has "... $f is named: $want" "$TMP/err" "$want"
+  hasnt "... $f: no field count" "$TMP/err" "expected 6 fields"
+done
+for cmd in fit plan; do
+  "$CM" $cmd --no-config "$TMP/img.png" >/dev/null 2>"$TMP/err"; rc_is "$cmd img.png" $? 1
+  has "... $cmd names the PNG" "$TMP/err" "a PNG image"
+done
+# a large binary file fails at once, not after reading it whole
+if [ -x /usr/bin/time ]; then
+  /usr/bin/time -f '%e %M' -o "$TMP/time" "$CM" replay --no-config "$TMP/zeros.bin" >/dev/null 2>&1
+  read -r secs kib < <(tail -n 1 "$TMP/time")
+  awk -v s="$secs" -v k="$kib" 'BEGIN { exit !(s < 2 && k < 100000) }' \
+    && ok "2 GB of zeros: refused in ${secs}s, ${kib} KiB" || bad "2 GB of zeros: ${secs}s, ${kib} KiB"
+else
+  echo "ok # SKIP /usr/bin/time is missing: the time and memory of a large binary file are not checked"
+fi
+rm -f "$TMP/zeros.bin"
+
 echo "$n checks"
 exit $fail
