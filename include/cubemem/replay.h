@@ -80,6 +80,13 @@ typedef struct cm_trace {
   uint64_t total_alloc_bytes; /* sum of every allocation's size */
   uint64_t max_alloc_size;
   uint64_t duration_us;      /* time of the last event */
+
+  /* The first `allocate failure` row: the recorded run's out-of-memory (a
+   * snapshot's `oom` entries become such rows). Zero when none. */
+  uint64_t first_failure_line;       /* its 1-based line */
+  uint64_t first_failure_size;       /* the bytes it asked for */
+  uint64_t first_failure_time_us;    /* its time (as the events' time_us) */
+  uint64_t first_failure_live_bytes; /* live requested bytes of the trace then */
 } cm_trace_t;
 
 typedef struct cm_trace_parse_options {
@@ -232,6 +239,10 @@ typedef struct cm_replay_result {
   int first_failure;      /* status of the first failed reserve, 0 if none */
   uint64_t first_failure_size;  /* its requested size */
   char first_failure_message[160];
+  uint64_t first_failure_event;    /* its index in trace->events */
+  uint64_t first_failure_time_us;  /* its event's time_us */
+  uint64_t first_failure_live_bytes;     /* requested bytes the replay held live then */
+  uint64_t first_failure_reserved_bytes; /* device bytes the storage held then */
 
   uint64_t peak_live_bytes;       /* the trace's exact peak of live requested bytes */
   uint64_t peak_reserved_bytes;   /* storage bytes_held_peak over the replay */

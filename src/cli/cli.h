@@ -85,6 +85,9 @@ void cli_fmt_device(uint64_t b, char *buf, size_t cap);
 /* The two trace lines of every report ("N events: ...", "peak live ..."),
  * plus a line when the trace has nothing to replay. */
 void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
+/* "out of memory in the recorded run: N allocations failed; the first asked
+ * for SIZE (B bytes) at T s with L live" for a trace with alloc_failures. */
+void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap);
 /* "device sim, 80 GiB (85.90 GB), max page 20 GiB, alignment 512[, extra]" */
 void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
                       const char *extra);

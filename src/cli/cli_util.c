@@ -591,9 +591,15 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
   if (t->unknown_frees)
     fprintf(stderr, "%s: %" PRIu64 " free%s of unknown pointers ignored\n", path,
             t->unknown_frees, t->unknown_frees == 1 ? "" : "s");
-  if (t->alloc_failures)
-    fprintf(stderr, "%s: %" PRIu64 " 'allocate failure' row%s (failed in the recorded run) not "
-            "replayed\n", path, t->alloc_failures, t->alloc_failures == 1 ? "" : "s");
+  if (t->alloc_failures) {
+    char oom[200];
+    cli_recorded_oom(t, oom, sizeof oom);
+    if (tmp.is_snapshot)
+      fprintf(stderr, "%s: %s (its `oom` entries are not replayed)\n", path, oom);
+    else
+      fprintf(stderr, "%s:%" PRIu64 ": %s ('allocate failure' rows are not replayed)\n", path,
+              t->first_failure_line, oom);
+  }
   if (t->duplicate_allocs)
     fprintf(stderr, "%s: %" PRIu64 " allocation%s of an already live pointer (the earlier "
             "one was freed first)\n", path, t->duplicate_allocs,
@@ -622,6 +628,23 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
   if (t->count == 0)
     fprintf(f, "        the trace %s: nothing was replayed\n",
             t->lines == 0 ? "is empty" : "has no allocations");
+  if (t->alloc_failures) {
+    char what[200];
+    cli_recorded_oom(t, what, sizeof what);
+    fprintf(f, "        %s\n", what);
+  }
+}
+
+void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap) {
+  char sz[32], live[32], at[48] = "";
+  cm_format_bytes(t->first_failure_size, sz, sizeof sz);
+  cm_format_bytes(t->first_failure_live_bytes, live, sizeof live);
+  if (t->first_failure_time_us)
+    snprintf(at, sizeof at, " at %.6f s", (double)t->first_failure_time_us / 1e6);
+  snprintf(buf, cap, "out of memory in the recorded run: %" PRIu64 " allocation%s failed; the "
+           "first asked for %s (%" PRIu64 " bytes)%s with %s live",
+           t->alloc_failures, t->alloc_failures == 1 ? "" : "s", sz, t->first_failure_size, at,
+           live);
 }
 
 void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,

@@ -135,11 +135,20 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
             r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
   if (r->failed_allocs) {
-    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
-            cm_err_name(r->first_failure), r->first_failure_size);
+    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"event\":%" PRIu64
+            ",\"time_us\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+            ",\"message\":",
+            cm_err_name(r->first_failure), r->first_failure_size, r->first_failure_event,
+            r->first_failure_time_us, r->first_failure_live_bytes,
+            r->first_failure_reserved_bytes);
     json_string(f, r->first_failure_message);
     fputc('}', f);
   }
+  if (t->alloc_failures)
+    fprintf(f, ",\"trace_first_failure\":{\"size\":%" PRIu64 ",\"time_us\":%" PRIu64
+            ",\"live_bytes\":%" PRIu64 ",\"line\":%" PRIu64 "}",
+            t->first_failure_size, t->first_failure_time_us, t->first_failure_live_bytes,
+            t->first_failure_line);
   fprintf(f,
           ",\"unknown_frees\":%" PRIu64 ",\"trace_alloc_failures\":%" PRIu64
           ",\"duplicate_allocs\":%" PRIu64 ",\"bad_lines\":%" PRIu64 ",\"live_at_end\":%" PRIu64
@@ -266,7 +275,8 @@ static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t
   for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
   row("  (bytes)", c, n, *width);
   for (size_t i = 0; i < n; i++) {
-    if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
+    if (runs[i].res.failed_allocs) snprintf(c[i], 64, "run failed"); /* not a figure */
+    else if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
     else snprintf(c[i], 64, "-");
   }
   row("reserved / live", c, n, *width);
@@ -447,11 +457,21 @@ static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size
   row(env->o->repeat > 1 ? "time (median)" : "time", c, n, width);
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.1f", runs[i].ns_per_op);
   row("ns / op", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    if (runs[i].res.failed_allocs)
-      printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
-             cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
-             runs[i].res.first_failure_message);
+  for (size_t i = 0; i < n; i++) {
+    const cm_replay_result_t *r = &runs[i].res;
+    if (!r->failed_allocs) continue;
+    char sz[32], live[32], res[32], ev[32], at[48] = "";
+    cm_format_bytes(r->first_failure_size, sz, sizeof sz);
+    cm_format_bytes(r->first_failure_live_bytes, live, sizeof live);
+    cm_format_bytes(r->first_failure_reserved_bytes, res, sizeof res);
+    fmt_grouped(r->first_failure_event, ev, sizeof ev);
+    if (r->first_failure_time_us)
+      snprintf(at, sizeof at, " (%.6f s)", (double)r->first_failure_time_us / 1e6);
+    printf("  the run failed; first failure [%s]: %s reserving %s (%" PRIu64 " bytes) at event "
+           "%s%s with %s live and %s reserved: %s\n",
+           lays[i].text, cm_err_name(r->first_failure), sz, r->first_failure_size, ev, at, live,
+           res, r->first_failure_message);
+  }
 }
 
 /* One table of pools per layout, at the end of the trace. */

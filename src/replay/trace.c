@@ -368,7 +368,12 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   }
   cm_trace_t *t = ps->t;
   if (kind == 2) {
-    t->alloc_failures++;
+    if (t->alloc_failures++ == 0) {
+      t->first_failure_line = t->lines;
+      t->first_failure_size = size;
+      t->first_failure_time_us = time_us;
+      t->first_failure_live_bytes = ps->live;
+    }
     return CM_OK;
   }
   size_t at = table_find(&ps->tab, ptr);
@@ -432,7 +437,7 @@ int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *
     const char *nl = memchr(p, '\n', len - pos);
     size_t n = nl ? (size_t)(nl - p) : len - pos;
     pos += n + (nl ? 1 : 0);
-    lineno++;
+    ps.t->lines = ++lineno; /* the line being read (data_line notes it) */
     field_t whole = trim((field_t){p, n});
     if (whole.n == 0) continue;
     size_t nf = split(whole.p, whole.n, f, CM__MAX_FIELDS);

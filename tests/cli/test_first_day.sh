@@ -124,5 +124,47 @@ else
 fi
 rm -f "$TMP/zeros.bin"
 
+# ---- failures explain themselves -------------------------------------------------------
+cat >"$TMP/oom.csv" <<'CSV'
+Thread,Time,Action,Pointer,Size,Stream
+1,00:00:01.000000,allocate,0x1000,1048576,0x0
+1,00:00:02.500000,allocate failure,0x0,4294967296,0x0
+1,00:00:03.000000,free,0x1000,1048576,0x0
+CSV
+"$CM" replay --no-config "$TMP/oom.csv" >"$TMP/out" 2>"$TMP/err"
+has "a recorded out-of-memory: its size" "$TMP/err" "the first asked for 4.29 GB (4294967296 bytes)"
+has "... its time and line" "$TMP/err" "oom.csv:3: out of memory in the recorded run: 1 allocation failed"
+has "... and the time" "$TMP/err" "at 2.500000 s with 1.05 MB live"
+has "... in the report too" "$TMP/out" "out of memory in the recorded run"
+"$CM" replay --no-config --json "$TMP/oom.csv" >"$TMP/out" 2>/dev/null
+has "... and the JSON" "$TMP/out" '"trace_first_failure":{"size":4294967296,"time_us":2500000,"live_bytes":1048576,"line":3}'
+python3 - "$TMP/oomsnap.pickle" <<'PY'
+import pickle, sys
+pickle.dump({"segments": [], "device_traces": [[
+    {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 10},
+    {"action": "oom", "addr": 0, "size": 1 << 40, "stream": 0, "time_us": 3000000},
+    {"action": "free_completed", "addr": 4096, "size": 512, "stream": 0, "time_us": 3000010}]]},
+    open(sys.argv[1], "wb"), protocol=4)
+PY
+"$CM" replay --no-config "$TMP/oomsnap.pickle" >/dev/null 2>"$TMP/err"
+has "a snapshot's oom entry: its size and time" "$TMP/err" "the first asked for 1.10 TB (1099511627776 bytes) at 2.999990 s with 512 B live"
+# a replay that runs out of memory: where, when, how much
+"$CM" replay --no-config --device-memory 1GiB "$EX" >"$TMP/out" 2>/dev/null; rc_is "a replay that does not fit" $? 3
+grep -E "^  reserved / live +run failed$" "$TMP/out" >/dev/null && ok "... no ratio as if it had succeeded" \
+  || bad "ratio of a failed run: $(grep 'reserved / live' "$TMP/out")"
+grep -E "the run failed; first failure \[default\]: CM_EOOM reserving .* \([0-9]+ bytes\) at event [0-9,]+ \([0-9.]+ s\) with .* live and .* reserved: " "$TMP/out" >/dev/null \
+  && ok "... the first failure: size, event, time, live and reserved" || bad "first failure: $(grep 'first failure' "$TMP/out")"
+"$CM" replay --no-config --json --device-memory 1GiB "$EX" >"$TMP/out" 2>/dev/null
+python3 - "$TMP/out" <<'PY' && ok "... the same in the JSON" || bad "JSON first_failure: $(grep -o '"first_failure[^}]*}' "$TMP/out")"
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+f = r["first_failure"]
+assert f["event"] > 0 and f["time_us"] > 0 and 0 < f["live_bytes"] <= r["peak_live_bytes"], f
+assert f["reserved_bytes"] > 0 and f["size"] > 0, f
+PY
+"$CM" replay --no-config --html "$TMP/f.html" --device-memory 1GiB "$EX" >/dev/null 2>&1
+has "... and in the HTML page's data" "$TMP/f.html" '"first_failure":{"status":"CM_EOOM"'
+has "... which the page shows" "$TMP/f.html" 'run failed'
+
 echo "$n checks"
 exit $fail
