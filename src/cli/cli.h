@@ -105,6 +105,12 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
 /* Print the warnings of cm_config_lint_file for the file cfg was loaded from
  * ("PREFIXwarning: file:line:col: ..."); returns their number. */
 size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg);
+/* Discovery skips a burn.toml / Burn.toml without a [cubecl] table; print
+ * the warnings of those files (a top-level [memory]: write [cubecl.memory])
+ * in the directories searched from `start` (NULL: the current directory)
+ * upward, stopping at the directory of the file cfg was loaded from (cfg
+ * may be NULL: up to /). Returns their number. */
+size_t cli_burn_warnings(const char *prefix, const char *start, const cm_config_t *cfg);
 /* Print "PREFIXfile:line:col: message" naming the location once, whether or
  * not d->message already starts with it. */
 void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d);

@@ -460,6 +460,48 @@ size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg) {
   return n;
 }
 
+/* The directory part of path into buf ("." when none). */
+static void dir_of(const char *path, char *buf, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(buf, cap, ".");
+  else if (slash == path) snprintf(buf, cap, "/");
+  else snprintf(buf, cap, "%.*s", (int)(slash - path), path);
+}
+
+size_t cli_burn_warnings(const char *prefix, const char *start, const cm_config_t *cfg) {
+  static const char *const names[] = {"burn.toml", "Burn.toml"};
+  char dir[4096], stop[4096] = "", file[4200];
+  if (start) snprintf(dir, sizeof dir, "%s", start);
+  else if (!getcwd(dir, sizeof dir)) return 0;
+  char *real = realpath(dir, NULL);
+  if (!real) return 0;
+  snprintf(dir, sizeof dir, "%s", real);
+  free(real);
+  if (cfg && cfg->path) { /* the directories searched before the file found */
+    dir_of(cfg->path, file, sizeof file);
+    real = realpath(file, NULL);
+    if (real) snprintf(stop, sizeof stop, "%s", real);
+    free(real);
+  }
+  size_t n = 0;
+  for (;;) {
+    if (stop[0] && !strcmp(dir, stop)) break;
+    for (size_t k = 0; k < 2; k++) {
+      snprintf(file, sizeof file, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", names[k]);
+      struct stat st;
+      size_t c = 0;
+      if (stat(file, &st) == 0 && S_ISREG(st.st_mode) &&
+          cm_config_lint_file(file, "cubecl", on_warning, (void *)prefix, &c) == CM_OK)
+        n += c;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash || !strcmp(dir, "/")) break;
+    if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+  }
+  return n;
+}
+
 int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
                     char *used, size_t used_cap) {
   cm_diag_t d;
@@ -476,6 +518,10 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
     if (rc == CM_ENOTFOUND && section) {
       fprintf(stderr, "cubemem %s: warning: %s has no [cubecl] table; using the defaults\n", cmd,
               path);
+      char prefix[64];
+      snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+      size_t c = 0;
+      if (cm_config_lint_file(path, section, on_warning, prefix, &c) != CM_OK) c = 0;
       if (used && used_cap) snprintf(used, used_cap, "none (%s has no [cubecl] table)", path);
       return 0;
     }
@@ -494,6 +540,7 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
   char prefix[64];
   snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
   cli_config_warnings(prefix, cfg);
+  if (!path && !no_config) cli_burn_warnings(prefix, NULL, cfg);
   if (used && used_cap && cfg->path) {
     if (cfg->section) snprintf(used, used_cap, "%s [%s]", cfg->path, cfg->section);
     else snprintf(used, used_cap, "%s", cfg->path);

@@ -166,5 +166,23 @@ PY
 has "... and in the HTML page's data" "$TMP/f.html" '"first_failure":{"status":"CM_EOOM"'
 has "... which the page shows" "$TMP/f.html" 'run failed'
 
+# ---- a burn.toml with a top-level [memory] and no [cubecl] -----------------------------
+mkdir -p "$TMP/burn/sub"
+printf '[memory]\npersistent_memory = "disabled"\n' >"$TMP/burn/burn.toml"
+(cd "$TMP/burn/sub" && "$CM" check-config >/dev/null 2>"$TMP/err")
+has "check-config (discovered): a burn.toml's top-level [memory]" "$TMP/err" "burn.toml:1:2: [memory] at the top of"
+has "... says to write [cubecl.memory]" "$TMP/err" "write [cubecl.memory]"
+"$CM" check-config "$TMP/burn/burn.toml" >/dev/null 2>"$TMP/err"
+has "check-config burn.toml: the same warning" "$TMP/err" "write [cubecl.memory]"
+for cmd in replay plan fit; do
+  (cd "$TMP/burn/sub" && "$CM" $cmd "$TMP/t.csv" >/dev/null 2>"$TMP/err")
+  has "$cmd (discovered): the same warning" "$TMP/err" "cubemem $cmd: warning: $TMP/burn/burn.toml:1:2: [memory] at the top of"
+done
+"$CM" replay --config "$TMP/burn/burn.toml" "$TMP/t.csv" >/dev/null 2>"$TMP/err"
+has "replay --config burn.toml: the same warning" "$TMP/err" "write [cubecl.memory]"
+printf '[cubecl.memory]\npersistent_memory = "disabled"\n' >"$TMP/burn/burn.toml"
+(cd "$TMP/burn/sub" && "$CM" check-config >/dev/null 2>"$TMP/err")
+hasnt "a burn.toml with [cubecl.memory]: no warning" "$TMP/err" "warning"
+
 echo "$n checks"
 exit $fail
