@@ -88,6 +88,9 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
 /* "out of memory in the recorded run: N allocations failed; the first asked
  * for SIZE (B bytes) at T s with L live" for a trace with alloc_failures. */
 void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap);
+/* A snapshot's recorded PYTORCH_CUDA_ALLOC_CONF (allocator_settings) for the
+ * reports: the text, "none set (the defaults)" or "not recorded (...)". */
+void cli_alloc_conf_text(const cm_snapshot_info_t *s, char *buf, size_t cap);
 /* "device sim, 80 GiB (85.90 GB), max page 20 GiB, alignment 512[, extra]" */
 void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
                       const char *extra);

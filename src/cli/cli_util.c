@@ -682,6 +682,12 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
   }
 }
 
+void cli_alloc_conf_text(const cm_snapshot_info_t *s, char *buf, size_t cap) {
+  if (!s->has_alloc_conf) snprintf(buf, cap, "not recorded (PyTorch before 2.4)");
+  else if (!s->alloc_conf[0]) snprintf(buf, cap, "none set (the defaults)");
+  else snprintf(buf, cap, "%s", s->alloc_conf);
+}
+
 void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap) {
   char sz[32], live[32], at[48] = "";
   cm_format_bytes(t->first_failure_size, sz, sizeof sz);

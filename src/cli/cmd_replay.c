@@ -583,6 +583,29 @@ static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
   return 0;
 }
 
+/* The name of the real device --device names (CUDA: the device opened;
+ * Vulkan: the physical device, opened and closed again) into buf; "" when
+ * unknown. */
+static void device_name(const char *device, char *buf, size_t cap) {
+  buf[0] = '\0';
+  if (!strncmp(device, "cuda", 4) && g_cuda_device) {
+    const char *nm = cm_cuda_device_name(g_cuda_device);
+    if (nm) snprintf(buf, cap, "%s", nm);
+  } else if (!strncmp(device, "vulkan", 6)) {
+    cm_vulkan_open_options_t vo;
+    cm_vulkan_open_options_init(&vo);
+    if (device[6] == ':') vo.device_index = atoi(device + 7);
+    vo.validation = false;
+    vo.print_messages = false;
+    cm_vulkan_device_t *dev = NULL;
+    if (cm_vulkan_device_open(&vo, &dev, NULL) == CM_OK) {
+      const char *nm = cm_vulkan_device_name(dev);
+      if (nm) snprintf(buf, cap, "%s", nm);
+      cm_vulkan_device_close(dev);
+    }
+  }
+}
+
 /* A real device (--device other than sim): open it once so that its total
  * memory drives the presets (max page = total / 4). Returns the exit status. */
 static int probe_device(env_t *env) {
@@ -599,6 +622,7 @@ static int probe_device(env_t *env) {
   }
   cm_storage_destroy(probe);
   env->capacity = cap;
+  device_name(o->device, env->device_name, sizeof env->device_name);
   return 0;
 }
 

@@ -117,6 +117,10 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
           r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
           r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
           r->failed_allocs);
+  if (env->device_name[0]) {
+    fputs(",\"device_name\":", f);
+    json_string(f, env->device_name);
+  }
   fputs(",\"config\":", f);
   json_string(f, env->o->config_used);
   if (env->tinfo && env->tinfo->is_snapshot)
@@ -124,6 +128,11 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
                ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
             env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
             env->tinfo->snap.preexisting);
+  if (env->tinfo && env->tinfo->is_snapshot) { /* allocator_settings, null when not recorded */
+    fputs(",\"torch_alloc_conf_at_dump\":", f);
+    if (env->tinfo->snap.has_alloc_conf) json_string(f, env->tinfo->snap.alloc_conf);
+    else fputs("null", f);
+  }
   print_driver_json(f, r);
   fputc(',', f);
   cli_driver_time_json(f, &env->o->costs, &r->storage, strcmp(env->o->device, "sim") != 0);
@@ -241,9 +250,12 @@ static void print_text_head(const char *tname, const cm_trace_t *t, const env_t 
   if (env->tinfo && env->tinfo->is_snapshot) {
     const cm_snapshot_info_t *si = &env->tinfo->snap;
     fmt_bytes(si->reserved_bytes, a, sizeof a);
+    char conf[300];
+    cli_alloc_conf_text(si, conf, sizeof conf);
     printf("        PyTorch snapshot, device %d of %d: %" PRIu64 " allocations live before "
-           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump\n",
-           si->device, si->device_count, si->preexisting, a, si->segments);
+           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump, with\n"
+           "        PYTORCH_CUDA_ALLOC_CONF %s (allocator_settings at dump)\n",
+           si->device, si->device_count, si->preexisting, a, si->segments, conf);
   }
   if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
     printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
@@ -252,7 +264,10 @@ static void print_text_head(const char *tname, const cm_trace_t *t, const env_t 
            t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
   snprintf(b, sizeof b, "persistent memory %s",
            cm_config_persistent_memory_name(env->cfg->persistent_memory));
-  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
+  char dev[320];
+  if (env->device_name[0]) snprintf(dev, sizeof dev, "%s (%s)", env->o->device, env->device_name);
+  else snprintf(dev, sizeof dev, "%s", env->o->device);
+  cli_print_device(stdout, dev, env->capacity, env->props, b);
   printf("config  %s\n\n", env->o->config_used);
 }
 
@@ -342,7 +357,11 @@ static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *
   row("  memory queries", c, n, width);
   if (env->tinfo && env->tinfo->is_snapshot) {
     for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
-    row("reserved by PyTorch", c, n, width); /* at dump */
+    printf("  PyTorch at dump\n");
+    row("  reserved", c, n, width);
+    char conf[300];
+    cli_alloc_conf_text(&env->tinfo->snap, conf, sizeof conf);
+    printf("  %-20s  %s\n", "  settings", conf); /* one for every layout */
   }
   bool refused = false;
   for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;

@@ -184,5 +184,37 @@ printf '[cubecl.memory]\npersistent_memory = "disabled"\n' >"$TMP/burn/burn.toml
 (cd "$TMP/burn/sub" && "$CM" check-config >/dev/null 2>"$TMP/err")
 hasnt "a burn.toml with [cubecl.memory]: no warning" "$TMP/err" "warning"
 
+# ---- context in reports ---------------------------------------------------------------
+python3 - "$TMP/conf.pickle" "$TMP/noconf.pickle" <<'PY'
+import pickle, sys
+tr = [[{"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 10},
+       {"action": "free_completed", "addr": 4096, "size": 512, "stream": 0, "time_us": 20}]]
+seg = [{"device": 0, "address": 4096, "total_size": 2097152, "blocks": []}]
+pickle.dump({"segments": seg, "device_traces": tr,
+             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
+            open(sys.argv[1], "wb"), protocol=4)
+pickle.dump({"segments": seg, "device_traces": tr}, open(sys.argv[2], "wb"), protocol=4)
+PY
+"$CM" replay --no-config "$TMP/conf.pickle" >"$TMP/out" 2>&1
+has "a snapshot's allocator settings in the head" "$TMP/out" "PYTORCH_CUDA_ALLOC_CONF expandable_segments:True (allocator_settings at dump)"
+grep -A2 "^  PyTorch at dump" "$TMP/out" | grep -q "settings .*expandable_segments:True" \
+  && ok "... beside PyTorch's reserved figure, at dump" || bad "no settings under 'PyTorch at dump': $(grep -A2 'PyTorch at dump' "$TMP/out")"
+"$CM" replay --no-config --json "$TMP/conf.pickle" >"$TMP/out" 2>&1
+has "... and in the JSON" "$TMP/out" '"torch_alloc_conf_at_dump":"expandable_segments:True"'
+"$CM" plan --no-config "$TMP/conf.pickle" >"$TMP/out" 2>&1
+has "... and in plan" "$TMP/out" "PYTORCH_CUDA_ALLOC_CONF expandable_segments:True (allocator_settings at dump)"
+"$CM" replay --no-config "$TMP/noconf.pickle" >"$TMP/out" 2>&1
+has "a snapshot without allocator_settings says so" "$TMP/out" "PYTORCH_CUDA_ALLOC_CONF not recorded"
+"$CM" plan --no-config "$EX" >"$TMP/out" 2>&1
+has "plan: the default layout at its peak: nothing to plan" "$TMP/out" "nothing to plan: layout 'default' already sits at its measured peak"
+[ "$(tail -n 1 "$TMP/out")" = "arena:cap=1192MiB;arena" ] && ok "... the last line is still the layout" || bad "last line: $(tail -n 1 "$TMP/out")"
+if [ -f "$BUILD/libfakecuda.so" ]; then
+  CM_CUDA_LIBRARY="$(cd "$BUILD" && pwd)/libfakecuda.so" FAKECUDA_CAPACITY=$((8 << 30)) \
+    "$CM" replay --no-config --device cuda "$TMP/t.csv" >"$TMP/out" 2>&1
+  has "--device cuda names the device" "$TMP/out" "device  cuda (Fake CUDA GPU 0), 8 GiB"
+else
+  echo "ok # SKIP no libfakecuda.so: the device name of --device cuda is not checked"
+fi
+
 echo "$n checks"
 exit $fail

@@ -65,7 +65,7 @@ EOF
     got=$("$CM" replay --json --no-config "$snap" 2>/dev/null | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["torch_reserved_bytes"])')
     [ "$got" = "$want" ] && ok "$name: PyTorch reserved $got in the JSON" || bad "$name: torch_reserved_bytes '$got', expected $want"
     "$CM" replay --no-config "$snap" >"$TMP/text" 2>/dev/null
-    grep -q 'reserved by PyTorch' "$TMP/text" && grep -q 'PyTorch snapshot, device 0' "$TMP/text" \
+    grep -q 'PyTorch at dump' "$TMP/text" && grep -q 'PyTorch snapshot, device 0' "$TMP/text" \
       && ok "$name: the text report shows PyTorch's reserved bytes" || bad "$name: text report"
     "$CM" plan --no-config "$snap" >"$TMP/plan" 2>&1 && grep -q '^plan ' "$TMP/plan" \
       && ok "$name: plan reads the snapshot" || bad "$name: plan: $(tail -3 "$TMP/plan")"
