@@ -79,6 +79,20 @@ if cmake --install "$BUILD" --prefix "$P" >"$TMP/install.log" 2>&1; then
     [ -f "$P/$f" ] && ok "installed $f" || bad "not installed: $f"
   done
   [ -x "$P/bin/torch_snapshot_to_csv.py" ] && ok "the converter is executable" || bad "the converter is not executable"
+  # cubemem.pc is right for the prefix given to cmake --install, not the configured one
+  pc=$(find "$P" -name cubemem.pc -path '*pkgconfig*' | head -n 1)
+  if [ -z "$pc" ]; then
+    bad "no cubemem.pc installed"
+  elif command -v pkg-config >/dev/null; then
+    inc=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=includedir cubemem)
+    lib=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir cubemem)
+    [ -f "$inc/cubemem/cubemem.h" ] && ok "pkg-config includedir is the --prefix's ($inc)" \
+      || bad "pkg-config includedir $inc has no cubemem/cubemem.h ($(grep '^prefix=' "$pc"))"
+    [ -e "$lib/libcubemem.so" ] || [ -e "$lib/libcubemem.a" ] && ok "pkg-config libdir is the --prefix's" \
+      || bad "pkg-config libdir $lib has no libcubemem"
+  else
+    grep -q '^prefix=${pcfiledir}/' "$pc" && ok "cubemem.pc is relative to its directory" || bad "cubemem.pc: $(grep '^prefix=' "$pc")"
+  fi
   # the pages SEE ALSO names exist (installed here or on the system), and
   # every document the manual page refers to is installed
   see=$(sed -n '/^\.SH SEE ALSO/,/^\.SH/p' "$P/share/man/man1/cubemem.1" | sed -n 's/^\.BR \([^ ]*\) (\([0-9]\)).*/\1.\2/p')
