@@ -57,6 +57,18 @@ typedef struct cm_trace_event {
   uint32_t action;  /* cm_trace_action_t */
 } cm_trace_event_t;
 
+/* One stream of a trace (RMM's `Stream` column, a snapshot entry's
+ * `stream`): the replay merges them, these figures say what was merged. */
+typedef struct cm_trace_stream {
+  uint64_t id;              /* the stream's value in the trace (0 when absent) */
+  uint64_t allocs;          /* allocations made on it */
+  uint64_t peak_live_bytes; /* peak of the bytes live on it (freed where allocated) */
+  uint64_t live_bytes;      /* bytes live on it at the end */
+} cm_trace_stream_t;
+
+/* At most this many streams are told apart; the last takes any others. */
+#define CM_TRACE_MAX_STREAMS 256
+
 typedef struct cm_trace {
   cm_trace_event_t *events; /* replayable events, in file order */
   size_t count;             /* number of events */
@@ -87,6 +99,12 @@ typedef struct cm_trace {
   uint64_t first_failure_size;       /* the bytes it asked for */
   uint64_t first_failure_time_us;    /* its time (as the events' time_us) */
   uint64_t first_failure_live_bytes; /* live requested bytes of the trace then */
+
+  /* The streams allocations were made on, in order of first use (owned by
+   * the trace; all stream 0 when the trace has no Stream column; none when
+   * it has no allocation). */
+  cm_trace_stream_t *streams;
+  size_t stream_count;
 } cm_trace_t;
 
 typedef struct cm_trace_parse_options {

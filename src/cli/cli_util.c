@@ -680,6 +680,21 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
     cli_recorded_oom(t, what, sizeof what);
     fprintf(f, "        %s\n", what);
   }
+  if (t->stream_count > 1) {
+    fprintf(f, "        %zu streams, merged into one by this replay (allocations, peak live):\n",
+            t->stream_count);
+    size_t shown = t->stream_count > 8 ? 7 : t->stream_count;
+    for (size_t k = 0; k < shown; k++) {
+      char n[32];
+      cli_fmt_grouped(t->streams[k].allocs, n, sizeof n);
+      cm_format_bytes(t->streams[k].peak_live_bytes, a, sizeof a);
+      fprintf(f, "          stream 0x%" PRIx64 ": %s allocations, peak live %s\n",
+              t->streams[k].id, n, a);
+    }
+    if (shown < t->stream_count)
+      fprintf(f, "          and %zu more streams (--json lists them all)\n",
+              t->stream_count - shown);
+  }
 }
 
 void cli_alloc_conf_text(const cm_snapshot_info_t *s, char *buf, size_t cap) {

@@ -153,6 +153,12 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     json_string(f, r->first_failure_message);
     fputc('}', f);
   }
+  fprintf(f, ",\"streams_merged\":%s,\"streams\":[", t->stream_count > 1 ? "true" : "false");
+  for (size_t k = 0; k < t->stream_count; k++)
+    fprintf(f, "%s{\"stream\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
+            "}", k ? "," : "", t->streams[k].id, t->streams[k].allocs,
+            t->streams[k].peak_live_bytes);
+  fputc(']', f);
   if (t->alloc_failures)
     fprintf(f, ",\"trace_first_failure\":{\"size\":%" PRIu64 ",\"time_us\":%" PRIu64
             ",\"live_bytes\":%" PRIu64 ",\"line\":%" PRIu64 "}",

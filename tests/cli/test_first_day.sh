@@ -216,5 +216,35 @@ else
   echo "ok # SKIP no libfakecuda.so: the device name of --device cuda is not checked"
 fi
 
+# ---- streams: reported, and said to be merged -----------------------------------------
+cat >"$TMP/streams.csv" <<'CSV'
+Thread,Time,Action,Pointer,Size,Stream
+1,00:00:00.000001,allocate,0x1000,1048576,0x0
+1,00:00:00.000002,allocate,0x2000,4096,0x7f01
+1,00:00:00.000003,allocate,0x3000,8192,0x7f01
+1,00:00:00.000004,free,0x1000,1048576,0x0
+1,00:00:00.000005,free,0x2000,4096,0x0
+CSV
+"$CM" replay --no-config "$TMP/streams.csv" >"$TMP/out" 2>&1
+has "a trace's streams are reported" "$TMP/out" "2 streams, merged into one by this replay"
+has "... per stream: allocations and peak live" "$TMP/out" "stream 0x7f01: 2 allocations, peak live 12.29 KB"
+has "... a free counts on its allocation's stream" "$TMP/out" "stream 0x0: 1 allocations, peak live 1.05 MB"
+"$CM" plan --no-config "$TMP/streams.csv" >"$TMP/out" 2>&1
+has "... in plan too" "$TMP/out" "2 streams, merged into one by this replay"
+"$CM" replay --no-config --json "$TMP/streams.csv" >"$TMP/out" 2>&1
+has "... and in the JSON" "$TMP/out" '"streams_merged":true,"streams":[{"stream":0,"allocs":1,"peak_live_bytes":1048576},{"stream":32513,"allocs":2,"peak_live_bytes":12288}]'
+"$CM" replay --no-config "$TMP/t.csv" >"$TMP/out" 2>&1
+hasnt "one stream: no stream lines" "$TMP/out" "streams, merged"
+python3 - "$TMP/streams.pickle" <<'PY'
+import pickle, sys
+pickle.dump({"segments": [], "device_traces": [[
+    {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 10},
+    {"action": "alloc", "addr": 8192, "size": 1024, "stream": 7, "time_us": 11},
+    {"action": "free_completed", "addr": 4096, "size": 512, "stream": 0, "time_us": 12}]]},
+    open(sys.argv[1], "wb"), protocol=4)
+PY
+"$CM" replay --no-config "$TMP/streams.pickle" >"$TMP/out" 2>&1
+has "a snapshot's streams are reported" "$TMP/out" "stream 0x7: 1 allocations, peak live 1.02 KB"
+
 echo "$n checks"
 exit $fail
