@@ -58,6 +58,18 @@ typedef struct cm_trace_event {
   uint32_t action;  /* cm_trace_action_t */
 } cm_trace_event_t;
 
+/* One stream of a trace (RMM's `Stream` column, a snapshot entry's
+ * `stream`): the replay merges them, these figures say what was merged. */
+typedef struct cm_trace_stream {
+  uint64_t id;              /* the stream's value in the trace (0 when absent) */
+  uint64_t allocs;          /* allocations made on it */
+  uint64_t peak_live_bytes; /* peak of the bytes live on it (freed where allocated) */
+  uint64_t live_bytes;      /* bytes live on it at the end */
+} cm_trace_stream_t;
+
+/* At most this many streams are told apart; the last takes any others. */
+#define CM_TRACE_MAX_STREAMS 256
+
 typedef struct cm_trace {
   cm_trace_event_t *events; /* replayable events, in file order */
   size_t count;             /* number of events */
@@ -81,6 +93,19 @@ typedef struct cm_trace {
   uint64_t total_alloc_bytes; /* sum of every allocation's size */
   uint64_t max_alloc_size;
   uint64_t duration_us;      /* time of the last event */
+
+  /* The first `allocate failure` row: the recorded run's out-of-memory (a
+   * snapshot's `oom` entries become such rows). Zero when none. */
+  uint64_t first_failure_line;       /* its 1-based line */
+  uint64_t first_failure_size;       /* the bytes it asked for */
+  uint64_t first_failure_time_us;    /* its time (as the events' time_us) */
+  uint64_t first_failure_live_bytes; /* live requested bytes of the trace then */
+
+  /* The streams allocations were made on, in order of first use (owned by
+   * the trace; all stream 0 when the trace has no Stream column; none when
+   * it has no allocation). */
+  cm_trace_stream_t *streams;
+  size_t stream_count;
 } cm_trace_t;
 
 typedef struct cm_trace_parse_options {
@@ -258,6 +283,10 @@ typedef struct cm_replay_result {
   int first_failure;      /* status of the first failed reserve, 0 if none */
   uint64_t first_failure_size;  /* its requested size */
   char first_failure_message[160];
+  uint64_t first_failure_event;    /* its index in trace->events */
+  uint64_t first_failure_time_us;  /* its event's time_us */
+  uint64_t first_failure_live_bytes;     /* requested bytes the replay held live then */
+  uint64_t first_failure_reserved_bytes; /* device bytes the storage held then */
 
   uint64_t peak_live_bytes;       /* the trace's exact peak of live requested bytes */
   uint64_t peak_reserved_bytes;   /* storage bytes_held_peak over the replay */

@@ -85,6 +85,12 @@ void cli_fmt_device(uint64_t b, char *buf, size_t cap);
 /* The two trace lines of every report ("N events: ...", "peak live ..."),
  * plus a line when the trace has nothing to replay. */
 void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
+/* "out of memory in the recorded run: N allocations failed; the first asked
+ * for SIZE (B bytes) at T s with L live" for a trace with alloc_failures. */
+void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap);
+/* A snapshot's recorded PYTORCH_CUDA_ALLOC_CONF (allocator_settings) for the
+ * reports: the text, "none set (the defaults)" or "not recorded (...)". */
+void cli_alloc_conf_text(const cm_snapshot_info_t *s, char *buf, size_t cap);
 /* "device sim, 80 GiB (85.90 GB), max page 20 GiB, alignment 512[, extra]" */
 void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,
                       const char *extra);
@@ -102,9 +108,24 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
 /* Print the warnings of cm_config_lint_file for the file cfg was loaded from
  * ("PREFIXwarning: file:line:col: ..."); returns their number. */
 size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg);
+/* Discovery skips a burn.toml / Burn.toml without a [cubecl] table; print
+ * the warnings of those files (a top-level [memory]: write [cubecl.memory])
+ * in the directories searched from `start` (NULL: the current directory)
+ * upward, stopping at the directory of the file cfg was loaded from (cfg
+ * may be NULL: up to /). Returns their number. */
+size_t cli_burn_warnings(const char *prefix, const char *start, const cm_config_t *cfg);
 /* Print "PREFIXfile:line:col: message" naming the location once, whether or
  * not d->message already starts with it. */
 void cli_print_located(FILE *f, const char *prefix, const char *path, const cm_diag_t *d);
+
+/* ---- output files ----------------------------------------------------------------------- */
+
+/* Check, before any work, that the file `path` given to option `opt` can be
+ * written: an existing file must be writable and not a directory, a new
+ * file's directory must exist and be writable. Creates nothing. Prints
+ * "cubemem CMD: OPT PATH: why" and returns 1 (2 for an empty name); 0 when
+ * the file can be written. */
+int cli_output_check(const char *cmd, const char *opt, const char *path);
 
 /* ---- traces --------------------------------------------------------------------------- */
 
@@ -118,6 +139,14 @@ typedef struct cli_trace_info {
   bool is_snapshot;
   cm_snapshot_info_t snap; /* when is_snapshot */
 } cli_trace_info_t;
+
+/* What the file at `path` looks like when its first 64 KiB show it is not a
+ * trace (cli_sniff.c): a PNG, gzip/zip/xz/... data, an ELF binary, a PDF,
+ * NUL or other binary bytes, a pickle whose top-level object is not a dict.
+ * Returns 1 with the description in what ("a PNG image"), 0 when it may be
+ * a trace (or cannot be opened, or is "-": the reader reports). Reads at
+ * most 64 KiB into a static buffer: not thread-safe. Prints nothing. */
+int cli_sniff_trace(const char *path, char *what, size_t cap);
 
 /* Load a CSV trace or a PyTorch snapshot (detected by content) and print its
  * warnings (skipped lines, unknown frees, allocation failures, pre-existing

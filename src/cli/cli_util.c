@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -482,6 +483,48 @@ size_t cli_config_warnings(const char *prefix, const cm_config_t *cfg) {
   return n;
 }
 
+/* The directory part of path into buf ("." when none). */
+static void dir_of(const char *path, char *buf, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(buf, cap, ".");
+  else if (slash == path) snprintf(buf, cap, "/");
+  else snprintf(buf, cap, "%.*s", (int)(slash - path), path);
+}
+
+size_t cli_burn_warnings(const char *prefix, const char *start, const cm_config_t *cfg) {
+  static const char *const names[] = {"burn.toml", "Burn.toml"};
+  char dir[4096], stop[4096] = "", file[4200];
+  if (start) snprintf(dir, sizeof dir, "%s", start);
+  else if (!getcwd(dir, sizeof dir)) return 0;
+  char *real = realpath(dir, NULL);
+  if (!real) return 0;
+  snprintf(dir, sizeof dir, "%s", real);
+  free(real);
+  if (cfg && cfg->path) { /* the directories searched before the file found */
+    dir_of(cfg->path, file, sizeof file);
+    real = realpath(file, NULL);
+    if (real) snprintf(stop, sizeof stop, "%s", real);
+    free(real);
+  }
+  size_t n = 0;
+  for (;;) {
+    if (stop[0] && !strcmp(dir, stop)) break;
+    for (size_t k = 0; k < 2; k++) {
+      snprintf(file, sizeof file, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", names[k]);
+      struct stat st;
+      size_t c = 0;
+      if (stat(file, &st) == 0 && S_ISREG(st.st_mode) &&
+          cm_config_lint_file(file, "cubecl", on_warning, (void *)prefix, &c) == CM_OK)
+        n += c;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash || !strcmp(dir, "/")) break;
+    if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+  }
+  return n;
+}
+
 int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config_t *cfg,
                     char *used, size_t used_cap) {
   cm_diag_t d;
@@ -498,6 +541,10 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
     if (rc == CM_ENOTFOUND && section) {
       fprintf(stderr, "cubemem %s: warning: %s has no [cubecl] table; using the defaults\n", cmd,
               path);
+      char prefix[64];
+      snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
+      size_t c = 0;
+      if (cm_config_lint_file(path, section, on_warning, prefix, &c) != CM_OK) c = 0;
       if (used && used_cap) snprintf(used, used_cap, "none (%s has no [cubecl] table)", path);
       return 0;
     }
@@ -516,11 +563,54 @@ int cli_config_load(const char *cmd, const char *path, bool no_config, cm_config
   char prefix[64];
   snprintf(prefix, sizeof prefix, "cubemem %s: ", cmd);
   cli_config_warnings(prefix, cfg);
+  if (!path && !no_config) cli_burn_warnings(prefix, NULL, cfg);
   if (used && used_cap && cfg->path) {
     if (cfg->section) snprintf(used, used_cap, "%s [%s]", cfg->path, cfg->section);
     else snprintf(used, used_cap, "%s", cfg->path);
   }
   return 0;
+}
+
+/* ---- output files ----------------------------------------------------------------------- */
+
+int cli_output_check(const char *cmd, const char *opt, const char *path) {
+  struct stat st;
+  if (!path[0]) {
+    fprintf(stderr, "cubemem %s: %s needs a file name\n", cmd, opt);
+    return 2;
+  }
+  if (stat(path, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "cubemem %s: %s %s: is a directory\n", cmd, opt, path);
+      return 1;
+    }
+    if (access(path, W_OK) != 0) {
+      fprintf(stderr, "cubemem %s: %s %s: cannot write: %s\n", cmd, opt, path, strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
+  /* a new file: its directory must exist and be writable */
+  size_t n = strlen(path);
+  char *dir = malloc(n + 2);
+  if (!dir) return 1;
+  memcpy(dir, path, n + 1);
+  char *slash = strrchr(dir, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  int rc = 0;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "cubemem %s: %s %s: cannot write: the directory %s does not exist\n", cmd,
+            opt, path, dir);
+    rc = 1;
+  } else if (access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, "cubemem %s: %s %s: cannot write in %s: %s\n", cmd, opt, path, dir,
+            strerror(errno));
+    rc = 1;
+  }
+  free(dir);
+  return rc;
 }
 
 /* ---- traces --------------------------------------------------------------------------- */
@@ -537,6 +627,12 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
   }
   cli_trace_info_t tmp;
   memset(&tmp, 0, sizeof tmp);
+  if (info) *info = tmp;
+  char what[300];
+  if (cli_sniff_trace(path, what, sizeof what)) { /* before reading it whole */
+    fprintf(stderr, "%s: not a trace: this is %s\n", path, what);
+    return 1;
+  }
   cm_diag_t d;
   cm_diag_clear(&d);
   int rc = cm_trace_load_any(path, &po, &so, out, &tmp.is_snapshot, &tmp.snap, &d);
@@ -565,9 +661,15 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
   if (t->unknown_frees)
     fprintf(stderr, "%s: %" PRIu64 " free%s of unknown pointers ignored\n", path,
             t->unknown_frees, t->unknown_frees == 1 ? "" : "s");
-  if (t->alloc_failures)
-    fprintf(stderr, "%s: %" PRIu64 " 'allocate failure' row%s (failed in the recorded run) not "
-            "replayed\n", path, t->alloc_failures, t->alloc_failures == 1 ? "" : "s");
+  if (t->alloc_failures) {
+    char oom[200];
+    cli_recorded_oom(t, oom, sizeof oom);
+    if (tmp.is_snapshot)
+      fprintf(stderr, "%s: %s (its `oom` entries are not replayed)\n", path, oom);
+    else
+      fprintf(stderr, "%s:%" PRIu64 ": %s ('allocate failure' rows are not replayed)\n", path,
+              t->first_failure_line, oom);
+  }
   if (t->duplicate_allocs)
     fprintf(stderr, "%s: %" PRIu64 " allocation%s of an already live pointer (the earlier "
             "one was freed first)\n", path, t->duplicate_allocs,
@@ -596,6 +698,44 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
   if (t->count == 0)
     fprintf(f, "        the trace %s: nothing was replayed\n",
             t->lines == 0 ? "is empty" : "has no allocations");
+  if (t->alloc_failures) {
+    char what[200];
+    cli_recorded_oom(t, what, sizeof what);
+    fprintf(f, "        %s\n", what);
+  }
+  if (t->stream_count > 1) {
+    fprintf(f, "        %zu streams, merged into one by this replay (allocations, peak live):\n",
+            t->stream_count);
+    size_t shown = t->stream_count > 8 ? 7 : t->stream_count;
+    for (size_t k = 0; k < shown; k++) {
+      char n[32];
+      cli_fmt_grouped(t->streams[k].allocs, n, sizeof n);
+      cm_format_bytes(t->streams[k].peak_live_bytes, a, sizeof a);
+      fprintf(f, "          stream 0x%" PRIx64 ": %s allocations, peak live %s\n",
+              t->streams[k].id, n, a);
+    }
+    if (shown < t->stream_count)
+      fprintf(f, "          and %zu more streams (--json lists them all)\n",
+              t->stream_count - shown);
+  }
+}
+
+void cli_alloc_conf_text(const cm_snapshot_info_t *s, char *buf, size_t cap) {
+  if (!s->has_alloc_conf) snprintf(buf, cap, "not recorded (PyTorch before 2.4)");
+  else if (!s->alloc_conf[0]) snprintf(buf, cap, "none set (the defaults)");
+  else snprintf(buf, cap, "%s", s->alloc_conf);
+}
+
+void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap) {
+  char sz[32], live[32], at[48] = "";
+  cm_format_bytes(t->first_failure_size, sz, sizeof sz);
+  cm_format_bytes(t->first_failure_live_bytes, live, sizeof live);
+  if (t->first_failure_time_us)
+    snprintf(at, sizeof at, " at %.6f s", (double)t->first_failure_time_us / 1e6);
+  snprintf(buf, cap, "out of memory in the recorded run: %" PRIu64 " allocation%s failed; the "
+           "first asked for %s (%" PRIu64 " bytes)%s with %s live",
+           t->alloc_failures, t->alloc_failures == 1 ? "" : "s", sz, t->first_failure_size, at,
+           live);
 }
 
 void cli_print_device(FILE *f, const char *device, uint64_t capacity, cm_device_props_t props,

@@ -39,6 +39,11 @@ static void usage(FILE *out) {
           "Exit status: 0 valid, 1 invalid configuration, 2 usage error.\n");
 }
 
+static void config_warning(void *arg, const cm_diag_t *w) {
+  (void)arg;
+  fprintf(stderr, "check-config: warning: %s\n", w->message);
+}
+
 static void on_skip(void *arg, const char *path, const char *section, const cm_diag_t *err) {
   (void)arg;
   char prefix[600];
@@ -108,6 +113,8 @@ int cm_cli_check_config(int argc, char **argv) {
     if (rc == CM_ENOTFOUND && section) {
       /* a burn.toml without [cubecl]: the runtime's silent miss */
       printf("# %s has no [%s] table\n", path, section);
+      size_t c = 0;
+      if (cm_config_lint_file(path, section, config_warning, NULL, &c) != CM_OK) c = 0;
       rc = CM_OK;
     } else if (rc != CM_OK && rc != CM_ENOMEM && lenient) {
       on_skip(NULL, path, section, &diag);
@@ -127,6 +134,8 @@ int cm_cli_check_config(int argc, char **argv) {
     return 1;
   }
   cli_config_warnings("check-config: ", &cfg);
+  if (!(path && stat(path, &st) == 0 && !S_ISDIR(st.st_mode)))
+    cli_burn_warnings("check-config: ", path, &cfg); /* the burn.toml files discovery skipped */
   print_config(&cfg);
   cm_config_free(&cfg);
   if (fflush(stdout) != 0) {

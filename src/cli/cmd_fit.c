@@ -196,11 +196,11 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
         if (cli_alignment_option("fit", v, &o->alignment)) return 2;
       } else if (!strcmp(a, "--grid")) {
         if (cli_size_option("fit", "--grid", v, false, &o->grid)) return 2;
-      } else if (cli_size_option("fit", "--confirm", v, true, &n)) {
-        return 2;
       } else {
-        if (n > 1000) {
-          fprintf(stderr, "cubemem fit: --confirm %s: at most 1000\n", v);
+        char *end;
+        n = strtoull(v, &end, 10);
+        if (!*v || *end || v[0] < '0' || v[0] > '9' || n > 1000) {
+          fprintf(stderr, "cubemem fit: bad --confirm '%s' (a count of capacities, 0..1000)\n", v);
           return 2;
         }
         o->confirmations = (unsigned)n;
@@ -217,6 +217,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
     }
   }
   if (!o->trace_count) {
+    fprintf(stderr, "cubemem fit: no trace given\n\n");
     fit_usage(stderr);
     return 2;
   }

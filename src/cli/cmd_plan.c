@@ -301,9 +301,12 @@ static void print_head(const plan_report_t *r) {
   cli_print_trace_summary(stdout, r->t);
   if (r->tinfo->is_snapshot) {
     fmt_b(r->tinfo->snap.reserved_bytes, a, sizeof a);
+    char conf[300];
+    cli_alloc_conf_text(&r->tinfo->snap, conf, sizeof conf);
     printf("        PyTorch snapshot, device %d of %d: PyTorch reserved %s in %" PRIu64
-           " segments at dump\n", r->tinfo->snap.device, r->tinfo->snap.device_count, a,
-           r->tinfo->snap.segments);
+           " segments at dump, with\n        PYTORCH_CUDA_ALLOC_CONF %s (allocator_settings at "
+           "dump)\n", r->tinfo->snap.device, r->tinfo->snap.device_count, a,
+           r->tinfo->snap.segments, conf);
   }
   snprintf(c, sizeof c, "persistent memory %s (dry run: no device memory reserved)",
            cm_config_persistent_memory_name(r->pm));
@@ -399,6 +402,16 @@ static int print_check(const plan_report_t *r) {
          check->failed_allocs, check->failed_allocs == 1 ? "" : "s", a, b,
          check->manager_reserved_peak <= base->manager_reserved_peak ? "" : "  [MORE than measured]");
   print_driver_time(r);
+  bool fewer_calls = r->base_real && r->plan_real &&
+                     r->plan_real->driver_calls < r->base_real->driver_calls;
+  if (check->failed_allocs == 0 && !fewer_calls &&
+      check->manager_reserved_peak >= base->manager_reserved_peak) {
+    fmt_b(base->manager_reserved_peak, a, sizeof a);
+    printf("\nnothing to plan: layout '%s' already sits at its measured peak (%s); the planned"
+           "\n        layout below reserves the same with no fewer driver calls: it only caps the"
+           "\n        pools at their peaks\n",
+           r->o->layout, a);
+  }
   printf("\nplanned layout (cubemem replay --pools '...', or cm_pools_parse):\n");
   printf("%s\n", r->text);
   if (check->failed_allocs > base->failed_allocs ||

@@ -376,6 +376,35 @@ static bool value_option(int argc, char **argv, int *i, const char **name, const
   return false;
 }
 
+/* Whether --device names a backend (sim, cuda, cuda:ALLOCATOR, vulkan,
+ * vulkan:N); prints the usage error when not. Opens nothing. */
+static bool device_name_ok(const char *device) {
+  if (!strcmp(device, "sim") || !strcmp(device, "cuda") || !strcmp(device, "vulkan")) return true;
+  cm_cuda_allocator_t kind;
+  if (!strncmp(device, "cuda:", 5)) {
+    if (cm_cuda_allocator_parse(device + 5, &kind) == CM_OK) return true;
+    fprintf(stderr, "cubemem replay: --device %s: unknown CUDA allocator '%s' (use cuda, "
+            "cuda:sync or cuda:async)\n", device, device + 5);
+    return false;
+  }
+  if (!strncmp(device, "vulkan:", 7)) {
+    char *end = NULL;
+    long index = strtol(device + 7, &end, 10);
+    if (end != device + 7 && !*end && index >= 0 && index <= 1024 && device[7] != '-' &&
+        device[7] != '+' && device[7] != ' ')
+      return true;
+    fprintf(stderr, "cubemem replay: --device %s: bad Vulkan device '%s' (use vulkan or "
+            "vulkan:N, N a device index 0, 1, ...)\n", device, device + 7);
+    return false;
+  }
+  static const char *const names[] = {"sim", "cuda", "cuda:sync", "cuda:async", "vulkan"};
+  const char *s = cli_suggest(device, names, 5);
+  fprintf(stderr, "cubemem replay: --device %s: unknown device '%s'%s%s%s (use sim, cuda, "
+          "cuda:sync, cuda:async, vulkan or vulkan:N)\n", device, device,
+          s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+  return false;
+}
+
 /* Apply option `name` with its value. Returns 0, or 2 with the reason on stderr. */
 static int set_value_option(opts_t *o, const char *name, const char *val) {
   if (!strcmp(name, "--device-memory")) {
@@ -416,6 +445,7 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
   } else if (!strcmp(name, "--html")) {
     o->html = val;
   } else if (!strcmp(name, "--device")) {
+    if (!device_name_ok(val)) return 2;
     o->device = val;
   } else if (!strcmp(name, "--torch-conf")) {
     o->torch_conf = val;
@@ -492,7 +522,36 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   }
   if (o->layout_count == 0) o->layouts[o->layout_count++] = "default";
   if (!isatty(STDERR_FILENO)) o->progress = false;
-  return 0;
+  int orc = 0; /* the output files, before the work */
+  if (o->svg) orc = cli_output_check("replay", "--svg", o->svg);
+  if (!orc && o->html) orc = cli_output_check("replay", "--html", o->html);
+  return orc;
+}
+
+/* The memory logger of the configuration belongs to the application: it
+ * must not write into this tool's stdout (--json is JSON only) nor create
+ * files wherever the tool runs. A discovered configuration's logger is
+ * ignored; one given with --config is used with its stdout sink sent to
+ * stderr, and the log file named. Each case is a note on stderr. */
+static void app_logger(const opts_t *o, cm_config_t *cfg) {
+  if (!o->config_path) {
+    fprintf(stderr, "cubemem replay: note: the memory logger of %s is the application's and is "
+            "not used here (give --config to use it; its stdout output then goes to stderr)\n",
+            o->config_used);
+    cfg->logger.level = CM_LOG_DISABLED;
+    return;
+  }
+  if (cfg->logger.to_stdout) {
+    cfg->logger.to_stdout = false;
+    cfg->logger.to_stderr = true;
+    fprintf(stderr, "cubemem replay: note: the memory logger writes to stderr, not stdout\n");
+  }
+  if (cfg->logger.file) {
+    char *abs = cfg->logger.file[0] == '/' ? NULL : realpath(".", NULL);
+    fprintf(stderr, "cubemem replay: note: the memory log goes to %s%s%s\n", abs ? abs : "",
+            abs ? "/" : "", cfg->logger.file);
+    free(abs);
+  }
 }
 
 /* The configuration (--config, discovered or none) with --persistent-memory
@@ -515,6 +574,7 @@ static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
     return 2;
   }
   *logger = NULL;
+  if (cfg->logger.level != CM_LOG_DISABLED) app_logger(o, cfg);
   if (cfg->logger.level != CM_LOG_DISABLED &&
       cm_config_make_logger(cfg, NULL, NULL, logger, &d) != CM_OK) {
     fprintf(stderr, "cubemem replay: logger: %s\n", d.message);
@@ -522,6 +582,29 @@ static int load_setup(opts_t *o, cm_config_t *cfg, cm_logger_t **logger) {
     return 1;
   }
   return 0;
+}
+
+/* The name of the real device --device names (CUDA: the device opened;
+ * Vulkan: the physical device, opened and closed again) into buf; "" when
+ * unknown. */
+static void device_name(const char *device, char *buf, size_t cap) {
+  buf[0] = '\0';
+  if (!strncmp(device, "cuda", 4) && g_cuda_device) {
+    const char *nm = cm_cuda_device_name(g_cuda_device);
+    if (nm) snprintf(buf, cap, "%s", nm);
+  } else if (!strncmp(device, "vulkan", 6)) {
+    cm_vulkan_open_options_t vo;
+    cm_vulkan_open_options_init(&vo);
+    if (device[6] == ':') vo.device_index = atoi(device + 7);
+    vo.validation = false;
+    vo.print_messages = false;
+    cm_vulkan_device_t *dev = NULL;
+    if (cm_vulkan_device_open(&vo, &dev, NULL) == CM_OK) {
+      const char *nm = cm_vulkan_device_name(dev);
+      if (nm) snprintf(buf, cap, "%s", nm);
+      cm_vulkan_device_close(dev);
+    }
+  }
 }
 
 /* A real device (--device other than sim): open it once so that its total
@@ -540,6 +623,7 @@ static int probe_device(env_t *env) {
   }
   cm_storage_destroy(probe);
   env->capacity = cap;
+  device_name(o->device, env->device_name, sizeof env->device_name);
   return 0;
 }
 

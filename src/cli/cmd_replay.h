@@ -66,6 +66,7 @@ typedef struct env {
   const cm_config_t *cfg;
   cm_logger_t *logger;
   const cli_trace_info_t *tinfo; /* the trace being reported */
+  char device_name[256];         /* a real device's name ("llvmpipe (LLVM ...)"), or "" */
 } env_t;
 
 /* The text report of one trace: one column per layout (n runs). */

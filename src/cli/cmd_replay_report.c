@@ -117,6 +117,10 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
           r->peak_reserved_bytes, ratio(r), r->manager_reserved_peak, r->reserved_at_end,
           r->device_allocs, r->device_frees, r->device_maps, r->device_unmaps, r->device_time_ns,
           r->failed_allocs);
+  if (env->device_name[0]) {
+    fputs(",\"device_name\":", f);
+    json_string(f, env->device_name);
+  }
   fputs(",\"config\":", f);
   json_string(f, env->o->config_used);
   if (env->tinfo && env->tinfo->is_snapshot)
@@ -124,6 +128,11 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
                ",\"torch_segments\":%" PRIu64 ",\"preexisting_allocs\":%" PRIu64,
             env->tinfo->snap.device, env->tinfo->snap.reserved_bytes, env->tinfo->snap.segments,
             env->tinfo->snap.preexisting);
+  if (env->tinfo && env->tinfo->is_snapshot) { /* allocator_settings, null when not recorded */
+    fputs(",\"torch_alloc_conf_at_dump\":", f);
+    if (env->tinfo->snap.has_alloc_conf) json_string(f, env->tinfo->snap.alloc_conf);
+    else fputs("null", f);
+  }
   print_driver_json(f, r);
   fputc(',', f);
   cli_driver_time_json(f, &env->o->costs, &r->storage, strcmp(env->o->device, "sim") != 0);
@@ -135,11 +144,26 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
             r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
   if (r->failed_allocs) {
-    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"message\":",
-            cm_err_name(r->first_failure), r->first_failure_size);
+    fprintf(f, ",\"first_failure\":{\"status\":\"%s\",\"size\":%" PRIu64 ",\"event\":%" PRIu64
+            ",\"time_us\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+            ",\"message\":",
+            cm_err_name(r->first_failure), r->first_failure_size, r->first_failure_event,
+            r->first_failure_time_us, r->first_failure_live_bytes,
+            r->first_failure_reserved_bytes);
     json_string(f, r->first_failure_message);
     fputc('}', f);
   }
+  fprintf(f, ",\"streams_merged\":%s,\"streams\":[", t->stream_count > 1 ? "true" : "false");
+  for (size_t k = 0; k < t->stream_count; k++)
+    fprintf(f, "%s{\"stream\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
+            "}", k ? "," : "", t->streams[k].id, t->streams[k].allocs,
+            t->streams[k].peak_live_bytes);
+  fputc(']', f);
+  if (t->alloc_failures)
+    fprintf(f, ",\"trace_first_failure\":{\"size\":%" PRIu64 ",\"time_us\":%" PRIu64
+            ",\"live_bytes\":%" PRIu64 ",\"line\":%" PRIu64 "}",
+            t->first_failure_size, t->first_failure_time_us, t->first_failure_live_bytes,
+            t->first_failure_line);
   fprintf(f,
           ",\"unknown_frees\":%" PRIu64 ",\"trace_alloc_failures\":%" PRIu64
           ",\"duplicate_allocs\":%" PRIu64 ",\"bad_lines\":%" PRIu64 ",\"live_at_end\":%" PRIu64
@@ -263,9 +287,12 @@ static void print_text_head(const char *tname, const cm_trace_t *t, const env_t 
   if (env->tinfo && env->tinfo->is_snapshot) {
     const cm_snapshot_info_t *si = &env->tinfo->snap;
     fmt_bytes(si->reserved_bytes, a, sizeof a);
+    char conf[300];
+    cli_alloc_conf_text(si, conf, sizeof conf);
     printf("        PyTorch snapshot, device %d of %d: %" PRIu64 " allocations live before "
-           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump\n",
-           si->device, si->device_count, si->preexisting, a, si->segments);
+           "recording; PyTorch reserved %s in %" PRIu64 " segments at dump, with\n"
+           "        PYTORCH_CUDA_ALLOC_CONF %s (allocator_settings at dump)\n",
+           si->device, si->device_count, si->preexisting, a, si->segments, conf);
   }
   if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
     printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
@@ -274,7 +301,10 @@ static void print_text_head(const char *tname, const cm_trace_t *t, const env_t 
            t->unknown_frees, t->alloc_failures, t->duplicate_allocs, t->bad_lines);
   snprintf(b, sizeof b, "persistent memory %s",
            cm_config_persistent_memory_name(env->cfg->persistent_memory));
-  cli_print_device(stdout, env->o->device, env->capacity, env->props, b);
+  char dev[320];
+  if (env->device_name[0]) snprintf(dev, sizeof dev, "%s (%s)", env->o->device, env->device_name);
+  else snprintf(dev, sizeof dev, "%s", env->o->device);
+  cli_print_device(stdout, dev, env->capacity, env->props, b);
   printf("config  %s\n\n", env->o->config_used);
 }
 
@@ -297,7 +327,8 @@ static void rows_bytes(const layout_t *lays, const run_t *runs, size_t n, size_t
   for (size_t i = 0; i < n; i++) fmt_grouped(runs[i].res.peak_reserved_bytes, c[i], 64);
   row("  (bytes)", c, n, *width);
   for (size_t i = 0; i < n; i++) {
-    if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
+    if (runs[i].res.failed_allocs) snprintf(c[i], 64, "run failed"); /* not a figure */
+    else if (runs[i].res.peak_live_bytes) snprintf(c[i], 64, "%.3f", ratio(&runs[i].res));
     else snprintf(c[i], 64, "-");
   }
   row("reserved / live", c, n, *width);
@@ -363,7 +394,11 @@ static void rows_device(const run_t *runs, size_t n, size_t width, const env_t *
   row("  memory queries", c, n, width);
   if (env->tinfo && env->tinfo->is_snapshot) {
     for (size_t i = 0; i < n; i++) fmt_bytes(env->tinfo->snap.reserved_bytes, c[i], 64);
-    row("reserved by PyTorch", c, n, width); /* at dump */
+    printf("  PyTorch at dump\n");
+    row("  reserved", c, n, width);
+    char conf[300];
+    cli_alloc_conf_text(&env->tinfo->snap, conf, sizeof conf);
+    printf("  %-20s  %s\n", "  settings", conf); /* one for every layout */
   }
   bool refused = false;
   for (size_t i = 0; i < n; i++) refused |= runs[i].res.storage.errors != 0;
@@ -478,11 +513,21 @@ static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size
   row(env->o->repeat > 1 ? "time (median)" : "time", c, n, width);
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%.1f", runs[i].ns_per_op);
   row("ns / op", c, n, width);
-  for (size_t i = 0; i < n; i++)
-    if (runs[i].res.failed_allocs)
-      printf("  first failure [%s]: %s reserving %" PRIu64 " bytes: %s\n", lays[i].text,
-             cm_err_name(runs[i].res.first_failure), runs[i].res.first_failure_size,
-             runs[i].res.first_failure_message);
+  for (size_t i = 0; i < n; i++) {
+    const cm_replay_result_t *r = &runs[i].res;
+    if (!r->failed_allocs) continue;
+    char sz[32], live[32], res[32], ev[32], at[48] = "";
+    cm_format_bytes(r->first_failure_size, sz, sizeof sz);
+    cm_format_bytes(r->first_failure_live_bytes, live, sizeof live);
+    cm_format_bytes(r->first_failure_reserved_bytes, res, sizeof res);
+    fmt_grouped(r->first_failure_event, ev, sizeof ev);
+    if (r->first_failure_time_us)
+      snprintf(at, sizeof at, " (%.6f s)", (double)r->first_failure_time_us / 1e6);
+    printf("  the run failed; first failure [%s]: %s reserving %s (%" PRIu64 " bytes) at event "
+           "%s%s with %s live and %s reserved: %s\n",
+           lays[i].text, cm_err_name(r->first_failure), sz, r->first_failure_size, ev, at, live,
+           res, r->first_failure_message);
+  }
 }
 
 /* One table of pools per layout, at the end of the trace. */

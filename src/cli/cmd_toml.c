@@ -10,8 +10,8 @@
 
 /* Read all of `in` as TOML and write the tagged JSON to `out`: exit code 0;
  * invalid TOML: one "toml2json: line L, column C: <reason>" line on `err`,
- * 1; read/write or memory failure: a message on `err`, 2 (the toml-test
- * decoder contract). Bytes are kept exactly, NULs included. */
+ * 1; a write error: a message on `err`, 1 (as every command); a read or
+ * memory failure: a message on `err`, 2. Bytes are kept exactly, NULs included. */
 static int toml2json_stream(FILE *in, FILE *out, FILE *err) {
   if (!in || !out || !err) return 2;
   char *buf = NULL;
@@ -49,11 +49,13 @@ static int toml2json_stream(FILE *in, FILE *out, FILE *err) {
     fprintf(err, "toml2json: %s\n", diag.message[0] ? diag.message : "parse failed");
     return 2;
   }
+  errno = 0;
   rc = cm_toml_to_json(doc, out);
   cm_toml_doc_free(doc);
   if (rc != CM_OK) {
-    fprintf(err, "toml2json: error writing output\n");
-    return 2;
+    fprintf(err, "cubemem toml2json: cannot write the output: %s\n",
+            errno ? strerror(errno) : "write error");
+    return 1;
   }
   return 0;
 }
@@ -62,8 +64,8 @@ static void usage(FILE *out) {
   fprintf(out, "usage: cubemem toml2json [FILE]\n"
                "Reads a TOML 1.0 document from FILE (default: standard input; '-' too) and\n"
                "prints the toml-test tagged JSON.\n"
-               "Exit 0 when valid; 1 with the error (line and column) on stderr otherwise;\n"
-               "2 for usage errors.\n");
+               "Exit 0 when valid; 1 with the error (line and column) on stderr otherwise,\n"
+               "or when the output cannot be written; 2 for usage errors.\n");
 }
 
 int cm_cli_toml2json(int argc, char **argv) {

@@ -844,8 +844,8 @@ int cm_config_lint_buffer(const char *data, size_t len, const char *name, const 
       lint_top(&l, sec, section);
     if (cm_toml_table_get(root, "memory", &mem) == CM_OK && cm_toml_type(mem) == CM_TOML_TABLE)
       lint_warn(&l, mem, "memory",
-                "[memory] at the top of %s is not read: this file's configuration is "
-                "[%s.memory]", name, section);
+                "[memory] at the top of %s is not read: write [%s.memory] (this file's "
+                "configuration is its [%s] table)", name, section, section);
   } else {
     lint_top(&l, root, "");
     if (cm_toml_table_get(root, "cubecl", &sec) == CM_OK && cm_toml_type(sec) == CM_TOML_TABLE &&

@@ -191,7 +191,7 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   uint64_t every = o.progress ? o.progress_every : 0, countdown = every;
 
   timeline tv = {0, 0, 0, 0, 0};
-  uint64_t obs_live = 0;
+  uint64_t obs_live = 0, live = 0; /* live: requested bytes the replay holds */
   if (b.tl) b.tl[tv.ntl++] = (cm_replay_sample_t){0, 0, s0.bytes_held};
 
   uint64_t t0 = cm__now_ns();
@@ -204,6 +204,12 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
         h[e->slot].d = NULL;
         if (failed++ == 0) {
           note_first_failure(out, rc, e->size, &fail_diag);
+          cm_storage_stats_t sf;
+          cm_storage_stats(st, &sf);
+          out->first_failure_event = i;
+          out->first_failure_time_us = e->time_us;
+          out->first_failure_live_bytes = live;
+          out->first_failure_reserved_bytes = sf.bytes_held;
           fdp = NULL;
         }
         if (o.stop_on_failure) {
@@ -211,8 +217,10 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
           break;
         }
       }
+      else live += e->size;
     } else if (h[e->slot].d) {
       frees++;
+      live -= e->size;
       cm_handle_release(h[e->slot]);
       h[e->slot].d = NULL;
     }

@@ -97,6 +97,11 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
         if (failed++ == 0) {
           out->first_failure = rc;
           out->first_failure_size = e->size;
+          out->first_failure_event = i;
+          out->first_failure_time_us = e->time_us;
+          out->first_failure_live_bytes = live - e->size;
+          cm_torch_stats(m, &ts);
+          out->first_failure_reserved_bytes = ts.reserved;
           snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
                    fd.message[0] ? fd.message : cm_strerror(rc));
         }

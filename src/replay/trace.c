@@ -45,6 +45,7 @@ typedef struct entry {
   uint64_t size;
   uint32_t slot;
   uint32_t used;
+  uint32_t stream; /* index in the trace's streams */
 } entry_t;
 
 typedef struct table {
@@ -244,10 +245,11 @@ static size_t table_find(const table_t *t, uint64_t key) {
 }
 
 /* Insert a key known to be absent; the table has room (checked by caller). */
-static void table_insert(table_t *t, uint64_t key, uint64_t size, uint32_t slot) {
+static void table_insert(table_t *t, uint64_t key, uint64_t size, uint32_t slot,
+                         uint32_t stream) {
   size_t mask = t->cap - 1, i = hash_ptr(key, mask);
   while (t->e[i].used) i = (i + 1) & mask;
-  t->e[i] = (entry_t){key, size, slot, 1};
+  t->e[i] = (entry_t){key, size, slot, 1, stream};
   t->n++;
 }
 
@@ -296,6 +298,7 @@ static void push_event(parser_t *ps, uint32_t action, uint32_t slot, uint64_t si
 /* Free the live allocation at table index i (event already reserved). */
 static int free_at(parser_t *ps, size_t i, uint64_t time_us) {
   entry_t e = ps->tab.e[i];
+  ps->t->streams[e.stream].live_bytes -= e.size;
   if (ps->free_n == ps->free_cap) {
     size_t ncap = ps->free_cap ? ps->free_cap * 2 : 1024;
     uint32_t *nf = realloc(ps->free_slots, ncap * sizeof *nf);
@@ -351,6 +354,20 @@ static int read_header(parser_t *ps, const field_t *f, size_t nf) {
   return CM_OK;
 }
 
+/* The index of stream `id` in t->streams, added when new; SIZE_MAX when out
+ * of memory. Past CM_TRACE_MAX_STREAMS streams the last one takes the rest. */
+static size_t stream_index(cm_trace_t *t, uint64_t id) {
+  for (size_t k = t->stream_count; k-- > 0;)
+    if (t->streams[k].id == id) return k;
+  if (t->stream_count == CM_TRACE_MAX_STREAMS) return t->stream_count - 1;
+  cm_trace_stream_t *n = realloc(t->streams, (t->stream_count + 1) * sizeof *n);
+  if (!n) return SIZE_MAX;
+  t->streams = n;
+  memset(&n[t->stream_count], 0, sizeof n[0]);
+  n[t->stream_count].id = id;
+  return t->stream_count++;
+}
+
 /* Decode one data line and apply it. Returns CM_OK, CM_EPARSE (ps->msg set;
  * nothing changed), CM_ENOMEM or CM_EOVERFLOW. */
 static int data_line(parser_t *ps, const field_t *f, size_t nf) {
@@ -389,7 +406,12 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   if (ps->col[COL_TIME] >= 0 && f[ps->col[COL_TIME]].n) time_us = relative_time(ps, time_us);
   cm_trace_t *t = ps->t;
   if (kind == 2) {
-    t->alloc_failures++;
+    if (t->alloc_failures++ == 0) {
+      t->first_failure_line = t->lines;
+      t->first_failure_size = size;
+      t->first_failure_time_us = time_us;
+      t->first_failure_live_bytes = ps->live;
+    }
     return CM_OK;
   }
   size_t at = table_find(&ps->tab, ptr);
@@ -411,6 +433,12 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   }
   if (!reserve_events(ps, 2)) return CM_ENOMEM;
   if ((ps->tab.n + 1) * 2 > ps->tab.cap && !table_grow(&ps->tab)) return CM_ENOMEM;
+  /* the stream (a Stream column that does not parse counts as stream 0) */
+  uint64_t sid = 0;
+  int sc = ps->col[COL_STREAM];
+  if (sc >= 0 && (size_t)sc < nf && !parse_ptr(f[sc], &sid)) sid = 0;
+  size_t si = stream_index(t, sid);
+  if (si == SIZE_MAX) return CM_ENOMEM;
   if (at == SIZE_MAX && ps->free_n == 0 && t->slots == UINT32_MAX) return CM_EOVERFLOW;
   if (at != SIZE_MAX) {
     t->duplicate_allocs++;
@@ -418,7 +446,11 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
     if (rc) return rc;
   }
   uint32_t slot = ps->free_n ? ps->free_slots[--ps->free_n] : t->slots++;
-  table_insert(&ps->tab, ptr, size, slot);
+  table_insert(&ps->tab, ptr, size, slot, (uint32_t)si);
+  cm_trace_stream_t *st = &t->streams[si];
+  st->allocs++;
+  st->live_bytes += size;
+  if (st->live_bytes > st->peak_live_bytes) st->peak_live_bytes = st->live_bytes;
   ps->live += size;
   t->allocs++;
   t->total_alloc_bytes = (t->total_alloc_bytes > UINT64_MAX - size) ? UINT64_MAX
@@ -453,7 +485,7 @@ int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *
     const char *nl = memchr(p, '\n', len - pos);
     size_t n = nl ? (size_t)(nl - p) : len - pos;
     pos += n + (nl ? 1 : 0);
-    lineno++;
+    ps.t->lines = ++lineno; /* the line being read (data_line notes it) */
     field_t whole = trim((field_t){p, n});
     if (whole.n == 0) continue;
     size_t nf = split(whole.p, whole.n, f, CM__MAX_FIELDS);
@@ -500,6 +532,7 @@ int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *
 
 void cm_trace_free(cm_trace_t *trace) {
   if (!trace) return;
+  free(trace->streams);
   free(trace->events);
   free(trace);
 }

@@ -79,9 +79,13 @@
           "trace " + ti + " layout " + li + ": " + f + " value equals the JSON");
       }
       const ratio = cell("reserved_over_live");
-      check(ratio && ratio.textContent === r.reserved_over_live.toFixed(3), "trace " + ti + " layout " + li + ": ratio " + r.reserved_over_live.toFixed(3), ratio && ratio.textContent);
+      const wantRatio = r.failed_allocs ? "run failed" : r.reserved_over_live.toFixed(3); /* no figure for a failed run */
+      check(ratio && ratio.textContent === wantRatio, "trace " + ti + " layout " + li + ": ratio " + wantRatio, ratio && ratio.textContent);
       const failed = cell("failed_allocs");
       check(failed && failed.getAttribute("data-value") === String(r.failed_allocs), "trace " + ti + " layout " + li + ": failed reservations equal the JSON");
+      if (r.first_failure)
+        check(failed && failed.textContent.indexOf("(first: ") > 0 && failed.textContent.indexOf(" at event ") > 0,
+              "trace " + ti + " layout " + li + ": the first failure is shown", failed && failed.textContent);
       const dev = cell("device_allocs");
       check(dev && dev.textContent.replace(/,/g, "") === r.device_allocs + " / " + r.device_frees, "trace " + ti + " layout " + li + ": device allocs / frees", dev && dev.textContent);
       const dc = cell("driver_calls");

@@ -109,7 +109,7 @@ has "messages use the names users type" "$TMP/err" "cap= (1048576) is smaller th
 hasnt "never internal field names" "$TMP/err" "max_pool_size"
 "$CM" check-config --lenent >/dev/null 2>"$TMP/err"; rc_is "check-config --lenent" $? 2
 has "check-config suggests --lenient" "$TMP/err" "did you mean '--lenient'?"
-"$CM" replay --device smi "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--device smi" $? 1
+"$CM" replay --device smi "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--device smi" $? 2
 has "a misspelt device" "$TMP/err" "did you mean 'sim'?"
 "$CM" replay --persistent-memory disabld "$TMP/t.csv" >/dev/null 2>"$TMP/err"; rc_is "--persistent-memory disabld" $? 2
 has "a misspelt mode" "$TMP/err" 'did you mean "disabled"?'

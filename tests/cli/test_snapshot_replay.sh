@@ -65,7 +65,7 @@ EOF
     got=$("$CM" replay --json --no-config "$snap" 2>/dev/null | "$PY" -c 'import json,sys; print(json.loads(sys.stdin.readline())["torch_reserved_bytes"])')
     [ "$got" = "$want" ] && ok "$name: PyTorch reserved $got in the JSON" || bad "$name: torch_reserved_bytes '$got', expected $want"
     "$CM" replay --no-config "$snap" >"$TMP/text" 2>/dev/null
-    grep -q 'reserved by PyTorch' "$TMP/text" && grep -q 'PyTorch snapshot, device 0' "$TMP/text" \
+    grep -q 'PyTorch at dump' "$TMP/text" && grep -q 'PyTorch snapshot, device 0' "$TMP/text" \
       && ok "$name: the text report shows PyTorch's reserved bytes" || bad "$name: text report"
     "$CM" plan --no-config "$snap" >"$TMP/plan" 2>&1 && grep -q '^plan ' "$TMP/plan" \
       && ok "$name: plan reads the snapshot" || bad "$name: plan: $(tail -3 "$TMP/plan")"
@@ -128,7 +128,7 @@ same_as_csv "device1" "$TMP/p4.pickle" --device 1 --snapshot-device 1
 "$CM" replay --json --no-config --snapshot-device 1 "$TMP/p4.pickle" 2>/dev/null | grep -q '"snapshot_device":1,"torch_reserved_bytes":2097152' \
   && ok "--snapshot-device 1 reports device 1's segments" || bad "--snapshot-device 1"
 "$CM" replay --json --no-config "$TMP/p4.pickle" 2>"$TMP/err" | grep -q '"allocs":4,' && ok "pre-existing memory at time zero (4 allocations)" || bad "pre-existing allocations"
-grep -q "1 'allocate failure' row" "$TMP/err" && ok "oom entries are allocation failures" || bad "oom: $(cat "$TMP/err")"
+grep -q "out of memory in the recorded run: 1 allocation failed" "$TMP/err" && ok "oom entries are allocation failures" || bad "oom: $(cat "$TMP/err")"
 grep -q "1 pointer freed by the trace without being allocated" "$TMP/err" && ok "freed-unallocated warning" || bad "freed-unallocated warning: $(cat "$TMP/err")"
 a=$("$CM" replay --json --no-config --snapshot-free-on requested "$TMP/p4.pickle" 2>/dev/null | fields)
 "$PY" "$TOOL" "$TMP/p4.pickle" --free-on requested -o "$TMP/req.csv" 2>/dev/null
@@ -164,7 +164,7 @@ Thread,Time,Action,Pointer,Size,Stream
 EOF
 out=$("$CM" replay --json --no-config "$TMP/rmm.csv" 2>"$TMP/err") && echo "$out" | grep -q '"allocs":2,"frees":2,' \
   && ok "(nil), 0x0 and deallocate are read" || bad "RMM spellings: $out $(cat "$TMP/err")"
-grep -q "2 'allocate failure' rows" "$TMP/err" && ok "allocation failures counted" || bad "failures: $(cat "$TMP/err")"
+grep -q "out of memory in the recorded run: 2 allocations failed" "$TMP/err" && ok "allocation failures counted" || bad "failures: $(cat "$TMP/err")"
 "$CM" replay --no-config "$TMP/rmm.csv" 2>/dev/null | grep -q "2 'allocate failure' rows" && ok "failures in the report" || bad "failures in the report"
 
 [ $fail = 0 ] && echo "test_snapshot_replay: $n passed"

@@ -62,7 +62,9 @@ sed -E 's/.*"trace":"([^"]*)".*"peak_live_bytes":([0-9]+),"peak_reserved_bytes":
 "$CM" replay --device vulkan:0 "$EX" >"$TMP/t.out" 2>"$TMP/t.err"
 rc=$?
 [ $rc -eq 0 ] && ok "--device vulkan:0 exits 0" || bad "--device vulkan:0 exits $rc: $(cat "$TMP/t.err")"
-grep -q "^device  vulkan:0, " "$TMP/t.out" && ok "text names the device" || bad "text lacks 'device  vulkan:0'"
+grep -Eq "^device  vulkan:0 \(.+\), [0-9]" "$TMP/t.out" && ok "text names the device: $(grep -m1 '^device' "$TMP/t.out" | cut -d, -f1)" \
+  || bad "text lacks 'device  vulkan:0 (NAME)': $(grep -m1 '^device' "$TMP/t.out")"
+grep -q '"device_name":"[^"]' "$TMP/probe.out" && ok "JSON names the device" || bad "JSON lacks device_name"
 for want in "time in driver calls" "peak reserved" "arena"; do
   grep -qF -- "$want" "$TMP/t.out" && ok "text has '$want'" || bad "text lacks '$want'"
 done
@@ -72,7 +74,7 @@ rc=$?
   || bad "vulkan:99: exit $rc, $(cat "$TMP/e1")"
 "$CM" replay --device vulkan:x "$EX" >/dev/null 2>"$TMP/e2"
 rc=$?
-[ $rc -eq 1 ] && grep -q "bad Vulkan device 'x'" "$TMP/e2" && ok "malformed device index refused" \
+[ $rc -eq 2 ] && grep -q "bad Vulkan device 'x'" "$TMP/e2" && ok "malformed device index refused" \
   || bad "vulkan:x: exit $rc, $(cat "$TMP/e2")"
 CM_VULKAN_LIBRARY=/nonexistent/libvulkan.so.1 "$CM" replay --device vulkan "$EX" >/dev/null 2>"$TMP/e3"
 rc=$?

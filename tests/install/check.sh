@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# check.sh PREFIX - verify an installed cubemem (make install PREFIX=...) is
-# usable by other projects: build tests/install/consumer.c
+# check.sh PREFIX - verify an installed cubemem (make install PREFIX=..., or
+# cmake --install BUILD --prefix PREFIX) is usable by other projects: its
+# cubemem.pc points into PREFIX; build tests/install/consumer.c
 #   1. with `pkg-config --cflags --libs cubemem` (shared library), and
 #   2. with CMake find_package(cubemem) (targets cubemem::cubemem and
 #      cubemem::cubemem_static),
@@ -25,6 +26,12 @@ done
 
 echo "--- pkg-config consumer"
 export PKG_CONFIG_PATH="$(dirname "$PC")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# the .pc file must point into PREFIX, wherever the build was configured for
+for var in includedir libdir; do
+  d=$(pkg-config --variable=$var cubemem)
+  [[ "$(cd "$d" 2>/dev/null && pwd -P)" == "$(cd "$PREFIX" && pwd -P)"/* ]] \
+    || { echo "check.sh: cubemem.pc's $var is $d, outside $PREFIX"; exit 1; }
+done
 FLAGS=$(pkg-config --cflags --libs cubemem)
 echo "pkg-config --cflags --libs cubemem: $FLAGS"
 # shellcheck disable=SC2086

@@ -79,6 +79,38 @@ if cmake --install "$BUILD" --prefix "$P" >"$TMP/install.log" 2>&1; then
     [ -f "$P/$f" ] && ok "installed $f" || bad "not installed: $f"
   done
   [ -x "$P/bin/torch_snapshot_to_csv.py" ] && ok "the converter is executable" || bad "the converter is not executable"
+  # cubemem.pc is right for the prefix given to cmake --install, not the configured one
+  pc=$(find "$P" -name cubemem.pc -path '*pkgconfig*' | head -n 1)
+  if [ -z "$pc" ]; then
+    bad "no cubemem.pc installed"
+  elif command -v pkg-config >/dev/null; then
+    inc=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=includedir cubemem)
+    lib=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir cubemem)
+    [ -f "$inc/cubemem/cubemem.h" ] && ok "pkg-config includedir is the --prefix's ($inc)" \
+      || bad "pkg-config includedir $inc has no cubemem/cubemem.h ($(grep '^prefix=' "$pc"))"
+    [ -e "$lib/libcubemem.so" ] || [ -e "$lib/libcubemem.a" ] && ok "pkg-config libdir is the --prefix's" \
+      || bad "pkg-config libdir $lib has no libcubemem"
+  else
+    grep -q '^prefix=${pcfiledir}/' "$pc" && ok "cubemem.pc is relative to its directory" || bad "cubemem.pc: $(grep '^prefix=' "$pc")"
+  fi
+  # the pages SEE ALSO names exist (installed here or on the system), and
+  # every document the manual page refers to is installed
+  see=$(sed -n '/^\.SH SEE ALSO/,/^\.SH/p' "$P/share/man/man1/cubemem.1" | sed -n 's/^\.BR \([^ ]*\) (\([0-9]\)).*/\1.\2/p')
+  [ -n "$see" ] && ok "SEE ALSO names pages" || bad "SEE ALSO names no page"
+  for pg in $see; do
+    sec=${pg##*.}
+    if [ -e "$P/share/man/man$sec/$pg" ] || ls /usr/share/man/man"$sec"/"$pg"* >/dev/null 2>&1; then
+      ok "SEE ALSO $pg exists"
+    else
+      bad "SEE ALSO names $pg, which is neither installed nor on the system"
+    fi
+  done
+  docs=$(grep -o '[a-z_-]*\.md' "$P/share/man/man1/cubemem.1" | sort -u)
+  [ -n "$docs" ] || bad "the manual page names no document"
+  for d in $docs; do
+    [ -f "$P/share/doc/cubemem/$d" ] && ok "installed share/doc/cubemem/$d (named by cubemem(1))" \
+      || bad "cubemem(1) names $d, not installed in share/doc/cubemem"
+  done
 else
   bad "cmake --install: $(tail -5 "$TMP/install.log")"
 fi
@@ -102,6 +134,13 @@ comp() { # words...: the completions of the last word
 comp cubemem replay --no- | grep -qx -- '--no-config' && ok "completion: replay options" || bad "completion of --no-: $(comp cubemem replay --no-)"
 comp cubemem replay --pools sub | grep -qx subslices && ok "completion: presets" || bad "completion of presets"
 comp cubemem fit --gr | grep -qx -- '--grid' && ok "completion: fit options" || bad "completion of fit --gr"
+comp cubemem replay --device vu | grep -qx vulkan && ok "completion: --device offers vulkan" || bad "completion of --device vu: $(comp cubemem replay --device vu)"
+for opt in --repeat --runs --confirm --snapshot-device; do
+  touch "$TMP/1file"
+  (cd "$TMP" && comp cubemem fit "$opt" 1) | grep -q file && bad "completion: $opt offers file names" \
+    || ok "completion: no file names for $opt"
+done
+[ "$(comp cubemem help rep)" = "replay" ] && ok "completion: help COMMAND" || bad "completion of help rep: $(comp cubemem help rep)"
 
 [ $fail = 0 ] && echo "test_packaging: $n passed"
 exit $fail

@@ -46,6 +46,11 @@ PY
 fi
 
 echo "--- pip install from the source tree, offline"
+# the README gives the commands run below
+for cmd in "python3 -m venv --system-site-packages .venv" \
+           ".venv/bin/pip install --no-build-isolation --no-index ./python" "export CUBEMEM_CLI="; do
+  grep -qF -- "$cmd" "$SRC/README.md" || { echo "FAIL: README.md lacks '$cmd'"; exit 1; }
+done
 if python3 -c 'import setuptools, wheel, venv, ensurepip' 2>/dev/null; then
   python3 -m venv --system-site-packages "$WORK/venv" >/dev/null
   cp -r "$SRC/python" "$WORK/pysrc" # build in a copy: the source tree stays clean
