@@ -182,13 +182,8 @@ static void on_progress(void *arg, uint64_t done, uint64_t total) {
 
 /* ---- one replay ---------------------------------------------------------------- */
 
-static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
-                       const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
-  cm_storage_t *st = NULL;
-  uint64_t cap = env->capacity;
-  int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
-  if (rc) return rc;
-  if (lay->torch) return cm_torch_replay(t, st, &lay->torch_opts, ro, res, NULL, d);
+/* The manager configuration of layout `lay` on the replayed device (no logger). */
+static cm_manager_config_t layout_config(const env_t *env, const layout_t *lay) {
   cm_manager_config_t mc;
   cm_manager_config_init(&mc);
   mc.name = "replay";
@@ -196,13 +191,30 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
   mc.pools = lay->pools;
   mc.pool_count = lay->count;
   mc.persistent_memory = env->cfg->persistent_memory;
+  return mc;
+}
+
+/* A manager of layout `lay` on storage `st`, with the replay's logger; it
+ * owns `st` (destroyed here when the manager cannot be made). */
+static int manager_on(const env_t *env, const layout_t *lay, cm_storage_t *st, cm_manager_t **m,
+                      cm_diag_t *d) {
+  cm_manager_config_t mc = layout_config(env, lay);
   mc.logger = env->logger;
+  int rc = cm_manager_create(st, &mc, m, d);
+  if (rc) cm_storage_destroy(st);
+  return rc;
+}
+
+static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
+                       const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
+  cm_storage_t *st = NULL;
+  uint64_t cap = env->capacity;
+  int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
+  if (rc) return rc;
+  if (lay->torch) return cm_torch_replay(t, st, &lay->torch_opts, ro, res, NULL, d);
   cm_manager_t *m = NULL;
-  rc = cm_manager_create(st, &mc, &m, d);
-  if (rc) {
-    cm_storage_destroy(st);
-    return rc;
-  }
+  rc = manager_on(env, lay, st, &m, d);
+  if (rc) return rc;
   rc = cm_replay_run(t, m, ro, res, d);
   cm_manager_destroy(m);
   return rc;
@@ -293,20 +305,9 @@ static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *
   uint64_t cap = env->capacity;
   int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
   if (rc) return rc;
-  cm_manager_config_t mc;
-  cm_manager_config_init(&mc);
-  mc.name = "replay";
-  mc.props = env->props;
-  mc.pools = lay->pools;
-  mc.pool_count = lay->count;
-  mc.persistent_memory = env->cfg->persistent_memory;
-  mc.logger = env->logger;
   cm_manager_t *m = NULL;
-  rc = cm_manager_create(st, &mc, &m, d);
-  if (rc) {
-    cm_storage_destroy(st);
-    return rc;
-  }
+  rc = manager_on(env, lay, st, &m, d);
+  if (rc) return rc;
   cm_storage_stats_t before, after;
   cm_storage_stats(st, &before);
   for (unsigned k = 0; k < n && rc == CM_OK; k++) {
@@ -333,13 +334,7 @@ static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace
     cm_fit_result_t tr;
     return cm_torch_fit(t, &lay->torch_opts, NULL, &tr, NULL) == CM_OK ? tr.fit_bytes : 0;
   }
-  cm_manager_config_t mc;
-  cm_manager_config_init(&mc);
-  mc.name = "replay";
-  mc.props = env->props;
-  mc.pools = lay->pools;
-  mc.pool_count = lay->count;
-  mc.persistent_memory = env->cfg->persistent_memory;
+  cm_manager_config_t mc = layout_config(env, lay);
   cli_fit_layout_t resolve = {.text = lay->text, .alignment = env->o->alignment};
   cm_fit_options_t fo;
   cm_fit_options_init(&fo);
