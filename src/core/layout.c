@@ -400,6 +400,13 @@ static int fmt_opt(char *tmp, size_t cap, int w, const char *key, const char *va
   return k > 0 ? w + k : w;
 }
 
+/* fmt_opt with a size value, formatted as fmt_size does. */
+static int fmt_size_opt(char *tmp, size_t cap, int w, const char *key, uint64_t size) {
+  char v[32];
+  fmt_size(v, sizeof v, size);
+  return fmt_opt(tmp, cap, w, key, v);
+}
+
 size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size_t cap) {
   size_t len = 0;
   char tmp[512];
@@ -410,57 +417,47 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
     switch (o->kind) {
       case CM_POOL_SLICED:
         w = snprintf(tmp, sizeof tmp, "sliced");
-        fmt_size(v, sizeof v, o->page_size);
-        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
-        fmt_size(v, sizeof v, o->has_max_slice_size ? o->max_slice_size : o->page_size);
-        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_SLICE], v);
+        w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], o->page_size);
+        w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_SLICE],
+                         o->has_max_slice_size ? o->max_slice_size : o->page_size);
         if (o->max_alloc_size) {
-          fmt_size(v, sizeof v, o->max_alloc_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_MAX], o->max_alloc_size);
         }
         break;
       case CM_POOL_EXCLUSIVE:
         w = snprintf(tmp, sizeof tmp, "exclusive");
-        fmt_size(v, sizeof v, o->max_alloc_size);
-        w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+        w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_MAX], o->max_alloc_size);
         break;
       case CM_POOL_DIRECT:
         w = snprintf(tmp, sizeof tmp, "direct");
         if (o->has_reclaim_at) {
-          fmt_size(v, sizeof v, o->reclaim_at);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_RECLAIM], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_RECLAIM], o->reclaim_at);
         }
         break;
       case CM_POOL_ARENA:
         w = snprintf(tmp, sizeof tmp, "arena");
         if (o->page_size) {
-          fmt_size(v, sizeof v, o->page_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], o->page_size);
         }
         if (o->max_alloc_size) {
-          fmt_size(v, sizeof v, o->max_alloc_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_MAX], o->max_alloc_size);
         }
         if (o->max_object_size == CM_OBJECT_AUTO) {
           w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], "auto");
         } else if (o->max_object_size) {
-          fmt_size(v, sizeof v, o->max_object_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], o->max_object_size);
         }
         if (o->has_release_threshold) {
-          fmt_size(v, sizeof v, o->release_threshold);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_KEEP], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_KEEP], o->release_threshold);
         }
         break;
       case CM_POOL_ADAPTIVE:
         w = snprintf(tmp, sizeof tmp, "adaptive");
         if (o->page_size) {
-          fmt_size(v, sizeof v, o->page_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_PAGE], o->page_size);
         }
         if (o->max_alloc_size) {
-          fmt_size(v, sizeof v, o->max_alloc_size);
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_MAX], v);
+          w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_MAX], o->max_alloc_size);
         }
         break;
       case CM_POOL_PERSISTENT: w = snprintf(tmp, sizeof tmp, "persistent"); break;
@@ -468,8 +465,7 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
       default: w = snprintf(tmp, sizeof tmp, "unknown"); break;
     }
     if (o->has_max_pool_size && (o->kind == CM_POOL_SLICED || o->kind == CM_POOL_ARENA)) {
-      fmt_size(v, sizeof v, o->max_pool_size);
-      w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_CAP], v);
+      w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_CAP], o->max_pool_size);
     }
     if (o->has_dealloc_period && o->kind != CM_POOL_DIRECT) {
       snprintf(v, sizeof v, "%" PRIu64, o->dealloc_period);
