@@ -106,6 +106,10 @@ typedef struct cm_trace {
    * it has no allocation). */
   cm_trace_stream_t *streams;
   size_t stream_count;
+  /* The stream of every event, as an index in `streams` (count entries;
+   * for a FREE the stream its allocation was made on, so memory goes back
+   * to the pools it came from). NULL only when count is 0. */
+  uint8_t *event_streams;
 } cm_trace_t;
 
 typedef struct cm_trace_parse_options {
@@ -273,7 +277,24 @@ typedef struct cm_replay_options {
    * measured time includes it. NULL (default): none. */
   void (*observe)(void *arg, const cm_replay_step_t *step);
   void *observe_arg;
+  /* cm_torch_replay only: give every stream of the trace its own pools, as
+   * PyTorch does (a free block is reused by its own stream only), and report
+   * per stream. false (default): every event on one stream (the merged
+   * view). cm_replay_run always replays through the one manager it is given;
+   * cm_replay_run_streams always per stream. */
+  bool per_stream;
 } cm_replay_options_t;
+
+/* One stream of a per-stream replay: its own pools' figures. */
+typedef struct cm_replay_stream_result {
+  uint64_t id;                      /* the stream's value in the trace */
+  uint64_t allocs;                  /* reserve calls on it */
+  uint64_t failed_allocs;           /* of which failed */
+  uint64_t peak_live_bytes;         /* the trace's peak of bytes live on it */
+  uint64_t peak_reserved_bytes;     /* the most its pools held from the device */
+  uint64_t reserved_at_end;         /* what they held after the last event */
+  uint64_t reserved_at_device_peak; /* what they held when the device total peaked */
+} cm_replay_stream_result_t;
 
 typedef struct cm_replay_result {
   uint64_t events;        /* events replayed */
@@ -319,6 +340,14 @@ typedef struct cm_replay_result {
 
   cm_replay_sample_t *timeline; /* NULL without a timeline */
   size_t timeline_count;
+
+  /* A per-stream replay (cm_replay_run_streams, cm_torch_replay with
+   * opts->per_stream): one entry per stream of the trace, in its order
+   * (owned by the result). Then peak_reserved_bytes, reserved_at_end and the
+   * timeline are the device's total over every stream's pools. NULL and 0
+   * for a replay through one set of pools (the merged view). */
+  cm_replay_stream_result_t *streams;
+  size_t stream_count;
 } cm_replay_result_t;
 
 /* Replay `trace` through `m` from the calling thread: each ALLOC calls
@@ -332,6 +361,30 @@ typedef struct cm_replay_result {
 CM_API CM_NODISCARD int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m,
                                       const cm_replay_options_t *opts, cm_replay_result_t *out,
                                       cm_diag_t *diag);
+/* Replay `trace` with one manager per stream of the trace (trace->streams),
+ * all on `device`, as cubemem's runtime layer gives every stream its own
+ * pools: each manager, configured by `cfg` (its name and logger used as
+ * given), owns a share of the device that forwards every call to the
+ * device's backend, so the streams draw on one capacity and address space
+ * while each keeps its own pools and counters. An ALLOC reserves through its
+ * stream's manager; a FREE releases the handle of its slot, which goes back
+ * to the pools of the stream it was allocated on (PyTorch frees a block into
+ * its allocating stream's pool, whatever stream the free is recorded on).
+ * out->streams gets each stream's figures; peak_reserved_bytes is the peak
+ * of the sum of the streams' bytes held, read after every event;
+ * pool_reports are summed over the streams, pool by pool (peaks: sums of
+ * each stream's peak); the storage counters are the sums over the shares
+ * (call_ns: zero). opts->observe is called with the manager of the event's
+ * stream. A trace with one stream gives one manager, as cm_replay_run on a
+ * fresh manager over `device` would (the peak is read after each event
+ * rather than inside calls). The managers are destroyed before returning;
+ * `device` stays the caller's (no manager may own it) and must support what
+ * cfg's pools need. Errors: CM_EINVAL (NULL args), cm_manager_create's,
+ * CM_ENOMEM. Thread-safe for distinct devices and outputs. */
+CM_API CM_NODISCARD int cm_replay_run_streams(const cm_trace_t *trace, cm_storage_t *device,
+                                              const cm_manager_config_t *cfg,
+                                              const cm_replay_options_t *opts,
+                                              cm_replay_result_t *out, cm_diag_t *diag);
 /* Free the arrays of a result and zero it. NULL ok. */
 CM_API void cm_replay_result_free(cm_replay_result_t *r);
 
@@ -366,6 +419,11 @@ typedef struct cm_fit_options {
    * fit there, capacities of twice, four times... as much are tried (up to
    * 1024 times) to bound the search. */
   uint64_t unconstrained_capacity;
+  /* true: every probe replays with one manager per stream of the trace
+   * (cm_replay_run_streams on the probed device), so that the answer is the
+   * per-stream replay's at that capacity; false (default): one manager
+   * (cm_replay_run). Traces with one stream replay the same either way. */
+  bool per_stream;
 } cm_fit_options_t;
 
 typedef struct cm_fit_result {

@@ -149,6 +149,11 @@ CM_API uint64_t cm_torch_block_addr(const cm_torch_block_t *b);
 CM_API uint64_t cm_torch_block_size(const cm_torch_block_t *b);
 /* The model's figures. */
 CM_API void cm_torch_stats(const cm_torch_t *m, cm_torch_stats_t *out);
+/* The bytes the segments and mapped pages made for `stream` hold now
+ * (*now) and held at most (*peak); 0 for a stream never used. Past 256
+ * streams, the 256th counts every later one. Either pointer may be NULL. */
+CM_API void cm_torch_stream_reserved(const cm_torch_t *m, uint64_t stream, uint64_t *now,
+                                     uint64_t *peak);
 /* The storage (owned by the model). */
 CM_API cm_storage_t *cm_torch_storage(const cm_torch_t *m);
 /* Check the model's invariants (blocks tile their segments, free blocks are

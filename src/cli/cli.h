@@ -85,6 +85,9 @@ void cli_fmt_device(uint64_t b, char *buf, size_t cap);
 /* The two trace lines of every report ("N events: ...", "peak live ..."),
  * plus a line when the trace has nothing to replay. */
 void cli_print_trace_summary(FILE *f, const cm_trace_t *t);
+/* The same, saying whether the streams are replayed with their own pools
+ * (per_stream) or merged into one set of pools. */
+void cli_print_trace_summary_streams(FILE *f, const cm_trace_t *t, bool per_stream);
 /* "out of memory in the recorded run: N allocations failed; the first asked
  * for SIZE (B bytes) at T s with L live" for a trace with alloc_failures. */
 void cli_recorded_oom(const cm_trace_t *t, char *buf, size_t cap);

@@ -685,6 +685,10 @@ int cli_trace_load(const char *cmd, const char *path, const cli_trace_options_t 
 /* ---- report pieces ------------------------------------------------------------------------ */
 
 void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
+  cli_print_trace_summary_streams(f, t, false);
+}
+
+void cli_print_trace_summary_streams(FILE *f, const cm_trace_t *t, bool per_stream) {
   char a[32], b[32];
   cli_fmt_grouped(t->count, b, sizeof b);
   fprintf(f, "        %s events: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
@@ -704,8 +708,8 @@ void cli_print_trace_summary(FILE *f, const cm_trace_t *t) {
     fprintf(f, "        %s\n", what);
   }
   if (t->stream_count > 1) {
-    fprintf(f, "        %zu streams, merged into one by this replay (allocations, peak live):\n",
-            t->stream_count);
+    fprintf(f, "        %zu streams, %s (allocations, peak live):\n", t->stream_count,
+            per_stream ? "each replayed with its own pools" : "merged into one by this replay");
     size_t shown = t->stream_count > 8 ? 7 : t->stream_count;
     for (size_t k = 0; k < shown; k++) {
       char n[32];

@@ -47,6 +47,7 @@ typedef struct fit_opts {
   const char *torch_conf;   /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   const char *config_path;  /* --config */
   bool no_config;           /* --no-config */
+  bool merge_streams;       /* --merge-streams: every stream through one set of pools */
   int snapshot_device;      /* --snapshot-device, -1 = first with history */
   bool free_on_requested;   /* --snapshot-free-on requested */
   bool json, skip_bad, progress;
@@ -96,6 +97,8 @@ static void fit_usage(FILE *out) {
           "  --config PATH          the configuration (cubecl.toml, or burn.toml's [cubecl]);\n"
           "                         default: discovered from the current directory upward\n"
           "  --no-config            use no configuration file\n"
+          "  --merge-streams        replay every stream through one set of pools (default:\n"
+          "                         each stream of a trace gets its own pools, as in replay)\n"
           "  --snapshot-device N    the device of a PyTorch snapshot (default: the first with\n"
           "                         trace entries)\n"
           "  --snapshot-free-on E   completed (default) | requested\n"
@@ -133,6 +136,8 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       o->progress = false;
     } else if (!strcmp(a, "--no-config")) {
       o->no_config = true;
+    } else if (!strcmp(a, "--merge-streams")) {
+      o->merge_streams = true;
     } else if (!strcmp(a, "--gpus") || !strcmp(a, "--reserve")) {
       if (!v) {
         fprintf(stderr, "cubemem fit: %s needs a value\n", a);
@@ -208,7 +213,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
     } else if (a[0] == '-' && a[1]) {
       static const char *const all[] = {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
-          "--confirm", "--driver-costs", "--config", "--no-config", "--snapshot-device", "--snapshot-free-on",
+          "--confirm", "--driver-costs", "--config", "--no-config", "--merge-streams", "--snapshot-device", "--snapshot-free-on",
           "--torch-conf", "--gpus", "--reserve", "--json", "--skip-bad-lines", "--no-progress",
           "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
@@ -470,6 +475,7 @@ int cm_cli_fit(int argc, char **argv) {
       fo.configure = cli_fit_configure;
       fo.configure_arg = &resolve[l];
       fo.unconstrained_capacity = o.capacity;
+      fo.per_stream = !o.merge_streams;
       fit_progress_t pc = {tname, o.layouts[l]};
       if (o.progress) {
         fo.progress = on_fit_progress;

@@ -94,6 +94,9 @@ static void usage(FILE *out) {
           "                         first with trace entries)\n"
           "  --snapshot-free-on E   completed (default) | requested: the snapshot entry that\n"
           "                         frees a block\n"
+          "  --merge-streams        replay every stream through one set of pools (default:\n"
+          "                         a trace with several streams gives each stream its own\n"
+          "                         pools on the one device, and is reported per stream)\n"
           "  --no-progress          never print the progress line\n"
           "\n" CLI_SIZE_HELP);
 }
@@ -205,13 +208,35 @@ static int manager_on(const env_t *env, const layout_t *lay, cm_storage_t *st, c
   return rc;
 }
 
+/* Whether `t` is replayed with one set of pools per stream. */
+static bool per_stream(const env_t *env, const cm_trace_t *t) {
+  return !env->o->merge_streams && t->stream_count > 1;
+}
+
+/* A replay with one manager per stream of `t` on storage `st` (destroyed
+ * here). */
+static int replay_streams(const env_t *env, const layout_t *lay, const cm_trace_t *t,
+                          cm_storage_t *st, const cm_replay_options_t *ro, cm_replay_result_t *res,
+                          cm_diag_t *d) {
+  cm_manager_config_t mc = layout_config(env, lay);
+  mc.logger = env->logger;
+  int rc = cm_replay_run_streams(t, st, &mc, ro, res, d);
+  cm_storage_destroy(st);
+  return rc;
+}
+
 static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
                        const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
   cm_storage_t *st = NULL;
   uint64_t cap = env->capacity;
   int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
   if (rc) return rc;
-  if (lay->torch) return cm_torch_replay(t, st, &lay->torch_opts, ro, res, NULL, d);
+  if (lay->torch) {
+    cm_replay_options_t tro = *ro;
+    tro.per_stream = per_stream(env, t);
+    return cm_torch_replay(t, st, &lay->torch_opts, &tro, res, NULL, d);
+  }
+  if (per_stream(env, t)) return replay_streams(env, lay, t, st, ro, res, d);
   cm_manager_t *m = NULL;
   rc = manager_on(env, lay, st, &m, d);
   if (rc) return rc;
@@ -237,7 +262,8 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   if (o->svg || o->html) {
     cm_replay_options_t ri = ro;
     ri.timeline_points = TIMELINE_POINTS;
-    if (o->html && !lay->torch) { /* the model has no manager to record */
+    /* the model has no manager to record; per-stream replays have several */
+    if (o->html && !lay->torch && !per_stream(env, t)) {
       if ((rc = cm_replay_recorder_create(t, TIMELINE_POINTS, &out->rec, d))) return rc;
       ri.observe = cm_replay_recorder_observe;
       ri.observe_arg = out->rec;
@@ -332,12 +358,16 @@ static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *
 static uint64_t fit_layout(const env_t *env, const layout_t *lay, const cm_trace_t *t) {
   if (lay->torch) {
     cm_fit_result_t tr;
-    return cm_torch_fit(t, &lay->torch_opts, NULL, &tr, NULL) == CM_OK ? tr.fit_bytes : 0;
+    cm_fit_options_t tfo;
+    cm_fit_options_init(&tfo);
+    tfo.per_stream = !env->o->merge_streams;
+    return cm_torch_fit(t, &lay->torch_opts, &tfo, &tr, NULL) == CM_OK ? tr.fit_bytes : 0;
   }
   cm_manager_config_t mc = layout_config(env, lay);
   cli_fit_layout_t resolve = {.text = lay->text, .alignment = env->o->alignment};
   cm_fit_options_t fo;
   cm_fit_options_init(&fo);
+  fo.per_stream = !env->o->merge_streams;
   fo.configure = cli_fit_configure;
   fo.configure_arg = &resolve;
   fo.unconstrained_capacity = env->capacity;
@@ -496,12 +526,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     if (!strcmp(a, "--no-config")) { o->no_config = true; continue; }
+    if (!strcmp(a, "--merge-streams")) { o->merge_streams = true; continue; }
     const char *name, *val;
     if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
           "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json", "--torch-conf",
-          "--skip-bad-lines", "--no-progress", "--no-config", "--help"};
+          "--skip-bad-lines", "--no-progress", "--no-config", "--merge-streams", "--help"};
       return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }
     if (!val) {

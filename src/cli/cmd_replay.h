@@ -39,6 +39,7 @@ typedef struct opts {
   const char *html; /* --html FILE */
   bool fit;         /* --fit: also search the smallest device per layout */
   const char *torch_conf; /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
+  bool merge_streams;     /* --merge-streams: every stream through one set of pools */
   const char **traces;
   size_t trace_count;
 } opts_t;

@@ -91,6 +91,26 @@ static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
           d->violations);
 }
 
+/* "streams_merged" and "streams": the trace's streams, with each one's own
+ * pools' figures when the replay was per stream (r->streams). */
+static void print_streams_json(FILE *f, const cm_trace_t *t, const cm_replay_result_t *r) {
+  fprintf(f, ",\"streams_merged\":%s,\"streams\":[",
+          t->stream_count > 1 && !r->streams ? "true" : "false");
+  for (size_t k = 0; k < t->stream_count; k++) {
+    fprintf(f, "%s{\"stream\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64,
+            k ? "," : "", t->streams[k].id, t->streams[k].allocs, t->streams[k].peak_live_bytes);
+    if (r->streams && k < r->stream_count) {
+      const cm_replay_stream_result_t *s = &r->streams[k];
+      fprintf(f, ",\"peak_reserved_bytes\":%" PRIu64 ",\"reserved_at_device_peak\":%" PRIu64
+              ",\"reserved_at_end\":%" PRIu64 ",\"failed_allocs\":%" PRIu64,
+              s->peak_reserved_bytes, s->reserved_at_device_peak, s->reserved_at_end,
+              s->failed_allocs);
+    }
+    fputc('}', f);
+  }
+  fputc(']', f);
+}
+
 void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, const cm_trace_t *t,
                            const run_t *run, const env_t *env) {
   const cm_replay_result_t *r = &run->res;
@@ -153,12 +173,7 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     json_string(f, r->first_failure_message);
     fputc('}', f);
   }
-  fprintf(f, ",\"streams_merged\":%s,\"streams\":[", t->stream_count > 1 ? "true" : "false");
-  for (size_t k = 0; k < t->stream_count; k++)
-    fprintf(f, "%s{\"stream\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"peak_live_bytes\":%" PRIu64
-            "}", k ? "," : "", t->streams[k].id, t->streams[k].allocs,
-            t->streams[k].peak_live_bytes);
-  fputc(']', f);
+  print_streams_json(f, t, r);
   if (t->alloc_failures)
     fprintf(f, ",\"trace_first_failure\":{\"size\":%" PRIu64 ",\"time_us\":%" PRIu64
             ",\"live_bytes\":%" PRIu64 ",\"line\":%" PRIu64 "}",
@@ -283,7 +298,7 @@ static void row(const char *label, char cells[][64], size_t n, size_t width) {
 static void print_text_head(const char *tname, const cm_trace_t *t, const env_t *env) {
   char a[32], b[32];
   printf("trace   %s\n", tname);
-  cli_print_trace_summary(stdout, t);
+  cli_print_trace_summary_streams(stdout, t, t->stream_count > 1 && !env->o->merge_streams);
   if (env->tinfo && env->tinfo->is_snapshot) {
     const cm_snapshot_info_t *si = &env->tinfo->snap;
     fmt_bytes(si->reserved_bytes, a, sizeof a);
@@ -566,6 +581,32 @@ static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n)
   }
 }
 
+/* Per-stream replays: each stream's own pools, per layout. */
+static void print_stream_tables(const layout_t *lays, const run_t *runs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const cm_replay_result_t *r = &runs[i].res;
+    if (!r->streams) continue;
+    char tot[32];
+    fmt_bytes(r->peak_reserved_bytes, tot, sizeof tot);
+    printf("\n  streams of layout '%s' (each with its own pools; device total at its peak %s):\n",
+           lays[i].text, tot);
+    printf("  %-20s %10s %12s %14s %14s %12s\n", "stream", "allocs", "peak live",
+           "peak reserved", "at dev. peak", "at end");
+    for (size_t k = 0; k < r->stream_count; k++) {
+      const cm_replay_stream_result_t *s = &r->streams[k];
+      char id[24], a[32], b[32], c[32], d[32], na[32];
+      snprintf(id, sizeof id, "0x%" PRIx64, s->id);
+      fmt_grouped(s->allocs, na, sizeof na);
+      fmt_bytes(s->peak_live_bytes, a, sizeof a);
+      fmt_bytes(s->peak_reserved_bytes, b, sizeof b);
+      fmt_bytes(s->reserved_at_device_peak, c, sizeof c);
+      fmt_bytes(s->reserved_at_end, d, sizeof d);
+      printf("  %-20s %10s %12s %14s %14s %12s%s\n", id, na, a, b, c, d,
+             s->failed_allocs ? "  (reservations failed)" : "");
+    }
+  }
+}
+
 void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,
                            const run_t *runs, size_t n, const env_t *env) {
   size_t width;
@@ -575,6 +616,7 @@ void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_
   rows_model(runs, n, width, env);
   rows_outcome(lays, runs, n, width, env);
   print_pool_tables(lays, runs, n);
+  print_stream_tables(lays, runs, n);
   printf("\n");
 }
 

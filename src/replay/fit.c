@@ -56,6 +56,24 @@ typedef struct manager_probe {
   const cm_fit_options_t *o;
 } manager_probe;
 
+/* A probe of manager_probe_fn with one manager per stream on device st
+ * (destroyed here). */
+static int streams_probe(const cm_trace_t *t, cm_storage_t *st, const cm_manager_config_t *cfg,
+                         bool *fits, uint64_t *peak, cm_replay_result_t *keep, cm_diag_t *diag) {
+  cm_replay_options_t ro;
+  memset(&ro, 0, sizeof ro);
+  ro.stop_on_failure = keep == NULL;
+  cm_replay_result_t r;
+  int rc = cm_replay_run_streams(t, st, cfg, &ro, &r, diag);
+  cm_storage_destroy(st);
+  if (rc != CM_OK) return rc;
+  *fits = r.failed_allocs == 0 && r.storage.violations == 0;
+  *peak = r.peak_reserved_bytes;
+  if (keep) *keep = r;
+  else cm_replay_result_free(&r);
+  return CM_OK;
+}
+
 /* One replay on a device of `capacity` bytes (0 = unlimited), with the
  * configuration resolved for it when o->configure is set. *fits says
  * whether every reservation succeeded (false, with no error, when the layout
@@ -84,6 +102,8 @@ static int manager_probe_fn(void *arg, uint64_t capacity, bool *fits, uint64_t *
   cm_storage_t *st = NULL;
   int rc = cm_storage_sim_create(capacity, true, sr->o->granularity, &st);
   if (rc != CM_OK) return cm__diag_set(diag, rc, "cannot create the simulated device: %s", cm_strerror(rc));
+  if (sr->o->per_stream && sr->t->stream_count > 1)
+    return streams_probe(sr->t, st, &cfg, fits, peak, keep, diag);
   cm_manager_t *m = NULL;
   rc = cm_manager_create(st, &cfg, &m, diag);
   if (rc != CM_OK) {

@@ -272,5 +272,6 @@ void cm_replay_result_free(cm_replay_result_t *r) {
   free(r->pool_reports);
   free(r->pool_reserved_at_peak);
   free(r->timeline);
+  free(r->streams);
   memset(r, 0, sizeof *r);
 }

@@ -45,6 +45,7 @@ typedef struct tseg {
   uint64_t id, addr, size; /* storage id, device address, bytes (range size if expandable) */
   uint64_t page;           /* expandable: page size; 0: a plain segment */
   int pool;                /* 0 small, 1 large */
+  uint64_t stream;         /* the stream it was made for (its blocks' stream) */
   struct cm_torch_block *head; /* the block at the lowest address */
   struct tseg *prev_seg, *next_seg; /* every segment of the model */
 } tseg;
@@ -78,8 +79,17 @@ typedef struct vaspace {
   size_t n, cap;
 } vaspace;
 
+/* Reserved bytes of one stream: its segments and mapped pages. */
+typedef struct tstream {
+  uint64_t id, reserved, peak;
+} tstream;
+
+#define MAX_STREAMS 256 /* past this many streams, the last entry takes the rest */
+
 struct cm_torch {
   cm_storage_t *st;
+  tstream streams[MAX_STREAMS];
+  size_t nstreams;
   vaspace va;
   cm_torch_options_t o;
   tpool pools[2];
@@ -355,7 +365,21 @@ static cm_torch_block_t *new_block(cm_torch_t *m, tseg *seg, uint64_t stream, ui
 
 /* ---- reserved-bytes accounting ------------------------------------------------------ */
 
-static void reserve_add(cm_torch_t *m, int pool, uint64_t bytes) {
+/* The reserved-bytes entry of `stream` (added on first use). */
+static tstream *stream_entry(cm_torch_t *m, uint64_t stream) {
+  for (size_t k = 0; k < m->nstreams; k++)
+    if (m->streams[k].id == stream) return &m->streams[k];
+  if (m->nstreams == MAX_STREAMS) return &m->streams[MAX_STREAMS - 1];
+  tstream *t = &m->streams[m->nstreams++];
+  t->id = stream;
+  return t;
+}
+
+static void reserve_add(cm_torch_t *m, const tseg *g, uint64_t bytes) {
+  int pool = g->pool;
+  tstream *ts = stream_entry(m, g->stream);
+  ts->reserved += bytes;
+  if (ts->reserved > ts->peak) ts->peak = ts->reserved;
   tpool *p = &m->pools[pool];
   p->reserved += bytes;
   if (p->reserved > p->reserved_peak) p->reserved_peak = p->reserved;
@@ -363,7 +387,9 @@ static void reserve_add(cm_torch_t *m, int pool, uint64_t bytes) {
   if (m->s.reserved > m->s.reserved_peak) m->s.reserved_peak = m->s.reserved;
 }
 
-static void reserve_sub(cm_torch_t *m, int pool, uint64_t bytes) {
+static void reserve_sub(cm_torch_t *m, const tseg *g, uint64_t bytes) {
+  int pool = g->pool;
+  stream_entry(m, g->stream)->reserved -= bytes;
   m->pools[pool].reserved -= bytes;
   m->s.reserved -= bytes;
 }
@@ -481,6 +507,7 @@ static cm_torch_block_t *alloc_segment(cm_torch_t *m, int pool, uint64_t stream,
   g->addr = va_alloc(&m->va, alloc_size);
   g->size = alloc_size;
   g->pool = pool;
+  g->stream = stream;
   cm_torch_block_t *b = new_block(m, g, stream, g->addr, alloc_size, true);
   if (!b) {
     cm_storage_dealloc(m->st, g->id, alloc_size);
@@ -492,7 +519,7 @@ static cm_torch_block_t *alloc_segment(cm_torch_t *m, int pool, uint64_t stream,
   }
   g->head = b;
   seg_link(m, g);
-  reserve_add(m, pool, alloc_size);
+  reserve_add(m, g, alloc_size);
   m->s.cuda_mallocs++;
   if (++m->s.segments > m->s.segments_peak) m->s.segments_peak = m->s.segments;
   return b;
@@ -505,7 +532,7 @@ static void release_segment_block(cm_torch_t *m, cm_torch_block_t *b) {
   cm_storage_dealloc(m->st, g->id, g->size);
   (void)cm_storage_flush(m->st);
   (void)va_free(&m->va, g->addr, g->size);
-  reserve_sub(m, g->pool, g->size);
+  reserve_sub(m, g, g->size);
   m->s.cuda_frees++;
   m->s.segments--;
   seg_unlink(m, g);
@@ -551,7 +578,7 @@ static bool map_block(cm_torch_t *m, cm_torch_block_t *b, uint64_t size,
   try_merge(m, b, b->prev);
   try_merge(m, b, b->next);
   set_insert(m, b);
-  reserve_add(m, g->pool, bytes);
+  reserve_add(m, g, bytes);
   m->s.pages_mapped += bytes / g->page;
   *out = b;
   return true;
@@ -604,7 +631,7 @@ static cm_torch_block_t *unmap_block(cm_torch_t *m, cm_torch_block_t *b, int *rc
   try_merge(m, b, b->prev);
   try_merge(m, b, b->next);
   set_insert(m, b);
-  reserve_sub(m, g->pool, ubytes);
+  reserve_sub(m, g, ubytes);
   m->s.pages_unmapped += ubytes / g->page;
   return b;
 }
@@ -648,6 +675,7 @@ static cm_torch_block_t *new_range(cm_torch_t *m, int pool, uint64_t stream) {
   g->size = size;
   g->page = page;
   g->pool = pool;
+  g->stream = stream;
   cm_torch_block_t *b = new_block(m, g, stream, g->addr, size, false);
   if (!b) {
     (void)cm__storage_vm_release(m->st, g->id, size, NULL);
@@ -956,6 +984,18 @@ void cm_torch_stats(const cm_torch_t *m, cm_torch_stats_t *out) {
 
 cm_storage_t *cm_torch_storage(const cm_torch_t *m) { return m ? m->st : NULL; }
 
+void cm_torch_stream_reserved(const cm_torch_t *m, uint64_t stream, uint64_t *now,
+                              uint64_t *peak) {
+  uint64_t n = 0, p = 0;
+  for (size_t k = 0; m && k < m->nstreams; k++)
+    if (m->streams[k].id == stream) {
+      n = m->streams[k].reserved;
+      p = m->streams[k].peak;
+    }
+  if (now) *now = n;
+  if (peak) *peak = p;
+}
+
 size_t cm_torch_check(const cm_torch_t *m) {
   if (!m) return 1;
   size_t bad = 0;
@@ -995,6 +1035,9 @@ size_t cm_torch_check(const cm_torch_t *m) {
     bad += at != g->addr + g->size;
   }
   bad += reserved != m->s.reserved || m->pools[0].reserved + m->pools[1].reserved != reserved;
+  uint64_t by_stream = 0;
+  for (size_t k = 0; k < m->nstreams; k++) by_stream += m->streams[k].reserved;
+  bad += by_stream != reserved;
   bad += allocated != m->s.allocated || free_blocks != in_sets;
   return bad;
 }

@@ -38,6 +38,66 @@ static void fill_storage(cm_replay_result_t *out, const cm_storage_stats_t *s) {
                       s->mem_queries;
 }
 
+/* Per-stream figures (opts->per_stream): the streams of the trace, each
+ * with its model figures; at_peak[k]: stream k's reserved bytes when the
+ * model's total last reached a new peak. */
+typedef struct per_stream {
+  size_t n;
+  cm_replay_stream_result_t *sr;
+  uint64_t *at_peak;
+  uint64_t best;
+} per_stream;
+
+static int per_stream_init(per_stream *ps, const cm_trace_t *t, bool on) {
+  memset(ps, 0, sizeof *ps);
+  if (!on) return CM_OK;
+  ps->n = t->stream_count ? t->stream_count : 1;
+  ps->sr = calloc(ps->n, sizeof *ps->sr);
+  ps->at_peak = calloc(ps->n, sizeof *ps->at_peak);
+  if (!ps->sr || !ps->at_peak) {
+    free(ps->sr);
+    free(ps->at_peak);
+    return CM_ENOMEM;
+  }
+  for (size_t k = 0; k < ps->n && k < t->stream_count; k++) {
+    ps->sr[k].id = t->streams[k].id;
+    ps->sr[k].peak_live_bytes = t->streams[k].peak_live_bytes;
+  }
+  return CM_OK;
+}
+
+/* The stream event i runs on: its trace stream's id per stream, else 0. */
+static uint64_t event_stream(const per_stream *ps, const cm_trace_t *t, size_t i) {
+  if (!ps->sr) return 0;
+  size_t k = t->event_streams[i];
+  return ps->sr[k < ps->n ? k : 0].id;
+}
+
+/* After an event: the streams' reserved bytes at a new peak of the total. */
+static void per_stream_step(per_stream *ps, const cm_torch_t *m) {
+  if (!ps->sr) return;
+  cm_torch_stats_t ts;
+  cm_torch_stats(m, &ts);
+  if (ts.reserved <= ps->best) return;
+  ps->best = ts.reserved;
+  for (size_t k = 0; k < ps->n; k++) cm_torch_stream_reserved(m, ps->sr[k].id, &ps->at_peak[k], NULL);
+}
+
+/* Move the per-stream figures into out (after the last event). */
+static void per_stream_finish(per_stream *ps, const cm_torch_t *m, cm_replay_result_t *out) {
+  if (!ps->sr) return;
+  for (size_t k = 0; k < ps->n; k++) {
+    cm_replay_stream_result_t *r = &ps->sr[k];
+    cm_torch_stream_reserved(m, r->id, &r->reserved_at_end, &r->peak_reserved_bytes);
+    r->reserved_at_device_peak = ps->at_peak[k];
+  }
+  free(ps->at_peak);
+  out->streams = ps->sr;
+  out->stream_count = ps->n;
+  ps->sr = NULL;
+  ps->at_peak = NULL;
+}
+
 int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
                     const cm_torch_options_t *topts, const cm_replay_options_t *opts,
                     cm_replay_result_t *out, cm_torch_stats_t *tstats, cm_diag_t *diag) {
@@ -59,6 +119,11 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   int rc = cm_torch_create(storage, topts, &m, diag);
   if (rc != CM_OK) return rc;
 
+  per_stream ps;
+  if (per_stream_init(&ps, trace, o.per_stream) != CM_OK) {
+    cm_torch_destroy(m);
+    return cm__diag_set(diag, CM_ENOMEM, "out of memory preparing the replay");
+  }
   cm_torch_block_t **blk = calloc(trace->slots ? trace->slots : 1, sizeof *blk);
   cm_pool_report_t *reports = calloc(1, sizeof *reports); /* the (unused) persistent pool */
   size_t bucket = 1, ntl = 0;
@@ -72,6 +137,8 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
     free(blk);
     free(reports);
     free(tl);
+    free(ps.sr);
+    free(ps.at_peak);
     cm_torch_destroy(m);
     return cm__diag_set(diag, CM_ENOMEM, "out of memory preparing the replay");
   }
@@ -87,13 +154,16 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   uint64_t t0 = cm__now_ns();
   for (size_t i = 0; i < n; i++) {
     const cm_trace_event_t *e = &trace->events[i];
+    cm_replay_stream_result_t *sr = ps.sr ? &ps.sr[trace->event_streams[i] < ps.n ? trace->event_streams[i] : 0] : NULL;
     if (e->action == CM_TRACE_ALLOC) {
       allocs++;
+      if (sr) sr->allocs++;
       live += e->size;
       cm_diag_clear(&fd);
-      rc = cm_torch_malloc(m, e->size, 0, &blk[e->slot], &fd);
+      rc = cm_torch_malloc(m, e->size, event_stream(&ps, trace, i), &blk[e->slot], &fd);
       if (rc != CM_OK) {
         blk[e->slot] = NULL;
+        if (sr) sr->failed_allocs++;
         if (failed++ == 0) {
           out->first_failure = rc;
           out->first_failure_size = e->size;
@@ -119,6 +189,7 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
         blk[e->slot] = NULL;
       }
     }
+    per_stream_step(&ps, m);
     if (tl) {
       cm_torch_stats(m, &ts);
       if (live > run_live) run_live = live;
@@ -140,6 +211,7 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   cm_storage_stats_t s;
   cm_storage_stats(cm_torch_storage(m), &s);
   if (tstats) cm_torch_stats(m, tstats);
+  per_stream_finish(&ps, m, out);
   free(blk); /* the blocks go with the model */
   cm_torch_destroy(m);
 
@@ -167,6 +239,7 @@ typedef struct torch_probe {
   const cm_trace_t *t;
   const cm_torch_options_t *to;
   uint64_t granularity;
+  bool per_stream;
 } torch_probe;
 
 /* One replay of the model on a simulated device of `capacity` bytes
@@ -181,6 +254,7 @@ static int probe(void *arg, uint64_t capacity, bool *fits, uint64_t *peak,
   cm_replay_options_t ro;
   memset(&ro, 0, sizeof ro);
   ro.stop_on_failure = keep == NULL;
+  ro.per_stream = tp->per_stream;
   cm_torch_options_t po = *tp->to;
   if (capacity) po.device_memory = capacity; /* the device PyTorch sees is the probed one */
   cm_replay_result_t r;
@@ -203,6 +277,6 @@ int cm_torch_fit(const cm_trace_t *trace, const cm_torch_options_t *topts,
   cm_torch_options_init(&to);
   if (topts) to = *topts;
   if (!to.device_memory) to.device_memory = 80ull << 30;
-  torch_probe tp = {trace, &to, o.granularity};
+  torch_probe tp = {trace, &to, o.granularity, o.per_stream && trace->stream_count > 1};
   return cm__fit_search(trace, &o, probe, &tp, out, diag);
 }

@@ -284,13 +284,17 @@ static bool reserve_events(parser_t *ps, size_t more) {
   cm_trace_event_t *ne = realloc(t->events, ncap * sizeof *ne);
   if (!ne) return false;
   t->events = ne;
+  uint8_t *ns = realloc(t->event_streams, ncap * sizeof *ns);
+  if (!ns) return false; /* the larger event array is kept; its capacity is not recorded */
+  t->event_streams = ns;
   ps->ev_cap = ncap;
   return true;
 }
 
 static void push_event(parser_t *ps, uint32_t action, uint32_t slot, uint64_t size,
-                       uint64_t time_us) {
+                       uint64_t time_us, uint32_t stream) {
   cm_trace_t *t = ps->t;
+  t->event_streams[t->count] = (uint8_t)stream;
   t->events[t->count++] = (cm_trace_event_t){size, time_us, slot, action};
   if (time_us > t->duration_us) t->duration_us = time_us;
 }
@@ -310,7 +314,7 @@ static int free_at(parser_t *ps, size_t i, uint64_t time_us) {
   ps->free_slots[ps->free_n++] = e.slot;
   ps->live -= e.size;
   ps->t->frees++;
-  push_event(ps, CM_TRACE_FREE, e.slot, e.size, time_us);
+  push_event(ps, CM_TRACE_FREE, e.slot, e.size, time_us, e.stream);
   return CM_OK;
 }
 
@@ -456,7 +460,7 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   t->total_alloc_bytes = (t->total_alloc_bytes > UINT64_MAX - size) ? UINT64_MAX
                                                                      : t->total_alloc_bytes + size;
   if (size > t->max_alloc_size) t->max_alloc_size = size;
-  push_event(ps, CM_TRACE_ALLOC, slot, size, time_us);
+  push_event(ps, CM_TRACE_ALLOC, slot, size, time_us, (uint32_t)si);
   if (ps->live > t->peak_live_bytes) {
     t->peak_live_bytes = ps->live;
     t->peak_live_event = t->count - 1;
@@ -533,6 +537,7 @@ int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *
 void cm_trace_free(cm_trace_t *trace) {
   if (!trace) return;
   free(trace->streams);
+  free(trace->event_streams);
   free(trace->events);
   free(trace);
 }

@@ -1,0 +1,451 @@
+/*
+ * streams.c - cm_replay_run_streams: a trace replayed with one manager per
+ * stream on one device, as cubemem's runtime layer (device.c) and PyTorch
+ * give every stream its own pools.
+ *
+ * Sharing the device. Each stream's manager owns a "share" storage: a thin
+ * backend whose every operation forwards to the backend of the caller's
+ * device storage (its ops and context), so all streams draw on the same
+ * memory (one capacity, one address space) while each share's wrapper keeps
+ * that stream's own counters. A share's release frees the share only; the
+ * device and what it holds stay the caller's.
+ *
+ * Algorithm. One handle per trace slot, as cm_replay_run. An ALLOC reserves
+ * through the manager of its event's stream (trace->event_streams); a FREE
+ * releases its slot's handle, which goes back to the manager that made it,
+ * whatever stream the free was recorded on (PyTorch returns a block to the
+ * pool of the stream it was allocated on). After every event the device
+ * total is the sum of the shares' bytes held; its maximum is the replay's
+ * peak reserved, and each stream's bytes at that moment are kept.
+ *
+ * Invariants. Every handle is released before returning; the managers and
+ * shares are destroyed before returning; the caller's device is left with
+ * what the managers gave back (nothing, once they are destroyed).
+ *
+ * Exports cm_replay_run_streams.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "cubemem/replay.h"
+#include "storage/storage_internal.h"
+
+/* ---- the share storage ------------------------------------------------------ */
+
+typedef struct share {
+  cm_storage_t *dev; /* the caller's device: its backend does the work */
+} share;
+
+#define DEV(c) (((share *)(c))->dev)
+#define OPS(c) (DEV(c)->ops)
+#define CTX(c) (DEV(c)->ctx)
+
+static uint64_t sh_alignment(void *c) { return OPS(c)->alignment ? OPS(c)->alignment(CTX(c)) : 1; }
+static int sh_alloc(void *c, uint64_t size, uint64_t *id, cm_diag_t *d) {
+  return OPS(c)->alloc(CTX(c), size, id, d);
+}
+static void sh_dealloc(void *c, uint64_t id) { OPS(c)->dealloc(CTX(c), id); }
+static int sh_flush(void *c) { return OPS(c)->flush ? OPS(c)->flush(CTX(c)) : CM_OK; }
+static int sh_get(void *c, uint64_t id, uint64_t off, uint64_t size, cm_resource_t *out,
+                  cm_diag_t *d) {
+  return OPS(c)->get(CTX(c), id, off, size, out, d);
+}
+static void sh_release(void *c) { free(c); }
+static int sh_ev_record(void *c, void **ev, cm_diag_t *d) {
+  if (!OPS(c)->event_record) {
+    *ev = NULL;
+    return CM_OK;
+  }
+  return OPS(c)->event_record(CTX(c), ev, d);
+}
+static int sh_ev_query(void *c, void *ev) {
+  return OPS(c)->event_query ? OPS(c)->event_query(CTX(c), ev) : 1;
+}
+static int sh_ev_sync(void *c, void *ev) {
+  return OPS(c)->event_sync ? OPS(c)->event_sync(CTX(c), ev) : CM_OK;
+}
+static void sh_ev_destroy(void *c, void *ev) {
+  if (OPS(c)->event_destroy) OPS(c)->event_destroy(CTX(c), ev);
+}
+static uint64_t sh_gran(void *c) {
+  return OPS(c)->vm_granularity ? OPS(c)->vm_granularity(CTX(c)) : 0;
+}
+static int sh_vm_reserve(void *c, uint64_t size, uint64_t *id, cm_diag_t *d) {
+  return OPS(c)->vm_reserve(CTX(c), size, id, d);
+}
+static int sh_vm_map(void *c, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                     cm_diag_t *d) {
+  return OPS(c)->vm_map(CTX(c), id, off, size, piece, d);
+}
+static int sh_vm_unmap(void *c, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                       cm_diag_t *d) {
+  return OPS(c)->vm_unmap(CTX(c), id, off, size, piece, d);
+}
+static int sh_vm_release(void *c, uint64_t id, cm_diag_t *d) {
+  return OPS(c)->vm_release(CTX(c), id, d);
+}
+static void sh_poison(void *c, uint64_t id, uint64_t off, uint64_t size, bool p) {
+  if (OPS(c)->poison) OPS(c)->poison(CTX(c), id, off, size, p);
+}
+static int sh_mem_info(void *c, uint64_t *f, uint64_t *t) {
+  if (!OPS(c)->mem_info) return CM_ENOTSUP;
+  return OPS(c)->mem_info(CTX(c), f, t);
+}
+static void sh_set_timing(void *c, bool on) {
+  if (OPS(c)->set_timing) OPS(c)->set_timing(CTX(c), on);
+}
+
+/* Shares of a device with VM support, and of one without (the wrapper reads
+ * a NULL vm_granularity as "no VM"). The time by driver call is the
+ * device's: shares do not report it (it would count once per stream). */
+static const cm_storage_ops_t share_vm_ops = {
+    .name = "share", .alignment = sh_alignment, .alloc = sh_alloc, .dealloc = sh_dealloc,
+    .flush = sh_flush, .get = sh_get, .release = sh_release, .event_record = sh_ev_record,
+    .event_query = sh_ev_query, .event_sync = sh_ev_sync, .event_destroy = sh_ev_destroy,
+    .vm_granularity = sh_gran, .vm_reserve = sh_vm_reserve, .vm_map = sh_vm_map,
+    .vm_unmap = sh_vm_unmap, .vm_release = sh_vm_release, .poison = sh_poison,
+    .mem_info = sh_mem_info, .set_timing = sh_set_timing};
+static const cm_storage_ops_t share_ops = {
+    .name = "share", .alignment = sh_alignment, .alloc = sh_alloc, .dealloc = sh_dealloc,
+    .flush = sh_flush, .get = sh_get, .release = sh_release, .event_record = sh_ev_record,
+    .event_query = sh_ev_query, .event_sync = sh_ev_sync, .event_destroy = sh_ev_destroy,
+    .poison = sh_poison, .mem_info = sh_mem_info, .set_timing = sh_set_timing};
+
+/* A share of `dev` in *out. CM_ENOMEM (nothing made) on failure. */
+static int share_create(cm_storage_t *dev, cm_storage_t **out) {
+  share *c = calloc(1, sizeof *c);
+  if (!c) return CM_ENOMEM;
+  c->dev = dev;
+  const cm_storage_ops_t *ops = cm_storage_has_vm(dev) ? &share_vm_ops : &share_ops;
+  int rc = cm_storage_create(ops, c, out);
+  if (rc != CM_OK) {
+    free(c);
+    return rc;
+  }
+  if (dev->timing) cm_storage_set_timing(*out, true);
+  return CM_OK;
+}
+
+/* ---- the managers ------------------------------------------------------------ */
+
+/* One manager per stream of the trace, each on its own share of `dev`. */
+typedef struct fleet {
+  size_t n;
+  cm_manager_t **m;
+  cm_storage_t **st;        /* m[k]'s share (owned by m[k]) */
+  cm_storage_stats_t *s0;   /* each share's counters before the replay */
+  uint64_t *held;           /* each share's bytes held after the last event */
+  uint64_t *at_peak;        /* each share's bytes held at the device peak */
+} fleet;
+
+static void fleet_free(fleet *f) {
+  for (size_t k = 0; k < f->n; k++)
+    if (f->m && f->m[k]) cm_manager_destroy(f->m[k]);
+  free(f->m);
+  free(f->st);
+  free(f->s0);
+  free(f->held);
+  free(f->at_peak);
+  memset(f, 0, sizeof *f);
+}
+
+static int fleet_create(fleet *f, size_t n, cm_storage_t *dev, const cm_manager_config_t *cfg,
+                        cm_diag_t *diag) {
+  memset(f, 0, sizeof *f);
+  f->n = n;
+  f->m = calloc(n, sizeof *f->m);
+  f->st = calloc(n, sizeof *f->st);
+  f->s0 = calloc(n, sizeof *f->s0);
+  f->held = calloc(n, sizeof *f->held);
+  f->at_peak = calloc(n, sizeof *f->at_peak);
+  if (!f->m || !f->st || !f->s0 || !f->held || !f->at_peak) {
+    fleet_free(f);
+    return cm__diag_set(diag, CM_ENOMEM, "out of memory preparing the replay");
+  }
+  for (size_t k = 0; k < n; k++) {
+    cm_storage_t *st = NULL;
+    int rc = share_create(dev, &st);
+    if (rc == CM_OK) {
+      rc = cm_manager_create(st, cfg, &f->m[k], diag);
+      if (rc != CM_OK) cm_storage_destroy(st);
+    } else {
+      cm__diag_set(diag, rc, "out of memory preparing the replay");
+    }
+    if (rc != CM_OK) {
+      fleet_free(f);
+      return rc;
+    }
+    f->st[k] = st;
+    cm_storage_stats(st, &f->s0[k]);
+    f->held[k] = f->s0[k].bytes_held;
+  }
+  return CM_OK;
+}
+
+/* ---- the result ------------------------------------------------------------------ */
+
+/* Add pool report b into a (the same pool of another stream's manager). */
+static void report_add(cm_pool_report_t *a, const cm_pool_report_t *b) {
+  a->usage.number_allocs += b->usage.number_allocs;
+  a->usage.bytes_in_use += b->usage.bytes_in_use;
+  a->usage.bytes_padding += b->usage.bytes_padding;
+  a->usage.bytes_reserved += b->usage.bytes_reserved;
+  a->pages += b->pages;
+  a->pages_peak += b->pages_peak;
+  a->pages_unmapped += b->pages_unmapped;
+  if (b->largest_alloc > a->largest_alloc) a->largest_alloc = b->largest_alloc;
+  a->bytes_reserved_peak += b->bytes_reserved_peak;
+  a->bytes_cached += b->bytes_cached;
+  a->outdated_pools += b->outdated_pools;
+  a->outdated_pages += b->outdated_pages;
+}
+
+/* The pool reports of every manager summed by pool (np dynamic pools, then
+ * the persistent one) into rep (np + 1 entries, zeroed). */
+static void reports_sum(const fleet *f, size_t np, cm_pool_report_t *rep) {
+  for (size_t k = 0; k < f->n; k++)
+    for (size_t j = 0; j <= np; j++) {
+      cm_pool_report_t r;
+      if (cm_manager_pool_report(f->m[k], j < np ? j : CM_PERSISTENT_POOL, &r) != CM_OK) continue;
+      if (k == 0) {
+        rep[j] = r;
+        continue;
+      }
+      report_add(&rep[j], &r);
+    }
+}
+
+/* Each pool's reserved bytes over every manager, into out (np + 1). */
+static void pools_at_peak(const fleet *f, size_t np, uint64_t *out) {
+  memset(out, 0, (np + 1) * sizeof *out);
+  for (size_t k = 0; k < f->n; k++)
+    for (size_t j = 0; j <= np; j++) {
+      cm_pool_report_t r;
+      if (cm_manager_pool_report(f->m[k], j < np ? j : CM_PERSISTENT_POOL, &r) == CM_OK)
+        out[j] += r.usage.bytes_reserved;
+    }
+}
+
+/* Counters of b minus those of a, added into sum (levels added as they are). */
+static void counters_add(cm_storage_stats_t *sum, const cm_storage_stats_t *a,
+                         const cm_storage_stats_t *b) {
+#define D(f) sum->f += b->f - a->f
+  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
+  D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
+  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns);
+  D(time_unmap_ns); D(time_reserve_ns); D(errors); D(violations);
+#undef D
+  sum->bytes_held += b->bytes_held;
+  sum->vm_reserved += b->vm_reserved;
+}
+
+/* The device-wide storage figures of out from every share's counters. */
+static void fill_device(cm_replay_result_t *out, const fleet *f, uint64_t peak) {
+  cm_storage_stats_t d;
+  memset(&d, 0, sizeof d);
+  for (size_t k = 0; k < f->n; k++) {
+    cm_storage_stats_t s1;
+    cm_storage_stats(f->st[k], &s1);
+    counters_add(&d, &f->s0[k], &s1);
+    out->streams[k].peak_reserved_bytes = s1.bytes_held_peak;
+    out->streams[k].reserved_at_end = s1.bytes_held;
+    out->streams[k].reserved_at_device_peak = f->at_peak[k];
+  }
+  d.bytes_held_peak = peak;
+  out->storage = d;
+  out->peak_reserved_bytes = peak;
+  out->manager_reserved_peak = peak;
+  out->reserved_at_end = d.bytes_held;
+  out->device_maps = d.maps;
+  out->device_unmaps = d.unmaps;
+  out->device_allocs = d.allocs + d.maps;
+  out->device_frees = d.deallocs + d.unmaps;
+  out->device_time_ns = d.time_ns;
+  out->driver_calls = d.allocs + d.deallocs + d.creates + d.map_calls + d.set_access +
+                      d.unmap_calls + d.releases + d.reserves + d.address_frees + d.mem_queries;
+}
+
+/* ---- the replay ---------------------------------------------------------------------- */
+
+/* What the event loop keeps besides the result. */
+typedef struct loop {
+  cm_handle_t *h;
+  uint64_t total, peak; /* device bytes held now, at most */
+  uint64_t live;        /* requested bytes the replay holds */
+  size_t np;            /* dynamic pools of every manager */
+  cm_replay_sample_t *tl;
+  size_t ntl, bucket;
+  uint64_t run_live, run_res;
+} loop;
+
+/* After event i (of n) on stream k: the device total, its peak and the
+ * timeline. */
+static void account(loop *l, fleet *f, cm_replay_result_t *out, size_t k, size_t i, size_t n) {
+  uint64_t held = atomic_load_explicit(&f->st[k]->bytes_held, memory_order_relaxed);
+  l->total = l->total - f->held[k] + held;
+  f->held[k] = held;
+  if (l->total > l->peak) {
+    l->peak = l->total;
+    memcpy(f->at_peak, f->held, f->n * sizeof *f->held);
+    if (out->pool_reserved_at_peak) pools_at_peak(f, l->np, out->pool_reserved_at_peak);
+  }
+  if (!l->tl) return;
+  if (l->live > l->run_live) l->run_live = l->live;
+  if (l->total > l->run_res) l->run_res = l->total;
+  if ((i + 1) % l->bucket == 0 || i + 1 == n) {
+    l->tl[l->ntl++] = (cm_replay_sample_t){i + 1, l->run_live, l->run_res};
+    l->run_live = l->live;
+    l->run_res = l->total;
+  }
+}
+
+/* The first failed reserve, at event i (e). */
+static void first_failure(cm_replay_result_t *out, const loop *l, int rc, const cm_diag_t *fd,
+                          const cm_trace_event_t *e, size_t i) {
+  out->first_failure = rc;
+  out->first_failure_size = e->size;
+  snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
+           fd->message[0] ? fd->message : cm_strerror(rc));
+  out->first_failure_event = i;
+  out->first_failure_time_us = e->time_us;
+  out->first_failure_live_bytes = l->live;
+  out->first_failure_reserved_bytes = l->total;
+}
+
+/* Event i (e) on stream k: reserve or release. False when the replay stops
+ * (a failure with stop_on_failure). */
+static bool step(loop *l, fleet *f, const cm_replay_options_t *o, cm_replay_result_t *out,
+                 const cm_trace_event_t *e, size_t k, size_t i) {
+  cm_replay_stream_result_t *sr = &out->streams[k];
+  if (e->action == CM_TRACE_ALLOC) {
+    out->allocs++;
+    sr->allocs++;
+    cm_diag_t fd;
+    cm_diag_clear(&fd);
+    int rc = cm_manager_reserve(f->m[k], e->size, &l->h[e->slot], out->failed_allocs ? NULL : &fd);
+    if (rc != CM_OK) {
+      l->h[e->slot].d = NULL;
+      sr->failed_allocs++;
+      if (out->failed_allocs++ == 0) first_failure(out, l, rc, &fd, e, i);
+      return !o->stop_on_failure;
+    }
+    l->live += e->size;
+  } else if (l->h[e->slot].d) {
+    out->frees++;
+    l->live -= e->size;
+    cm_handle_release(l->h[e->slot]);
+    l->h[e->slot].d = NULL;
+  }
+  return true;
+}
+
+static void observe(const cm_replay_options_t *o, const loop *l, cm_manager_t *m,
+                    const cm_trace_event_t *e, size_t i, uint64_t *obs_live) {
+  *obs_live = e->action == CM_TRACE_ALLOC ? *obs_live + e->size : *obs_live - e->size;
+  cm_replay_step_t st = {.index = i, .event = e, .manager = m, .live_bytes = *obs_live};
+  if (e->action == CM_TRACE_ALLOC) {
+    st.handle = l->h[e->slot];
+    st.failed = l->h[e->slot].d == NULL;
+  }
+  o->observe(o->observe_arg, &st);
+}
+
+/* Allocate what the result and the loop hold. CM_ENOMEM: nothing kept. */
+static int prepare(const cm_trace_t *t, size_t np, const cm_replay_options_t *o, loop *l,
+                   cm_replay_result_t *out) {
+  size_t ns = t->stream_count ? t->stream_count : 1;
+  l->h = calloc(t->slots ? t->slots : 1, sizeof *l->h);
+  out->streams = calloc(ns, sizeof *out->streams);
+  out->pool_reports = calloc(np + 1, sizeof *out->pool_reports);
+  l->bucket = 1;
+  if (o->timeline_points) {
+    l->bucket = t->count / o->timeline_points + (t->count % o->timeline_points != 0);
+    if (!l->bucket) l->bucket = 1;
+    l->tl = calloc(o->timeline_points + 2, sizeof *l->tl);
+    out->pool_reserved_at_peak = calloc(np + 1, sizeof *out->pool_reserved_at_peak);
+  }
+  if (l->h && out->streams && out->pool_reports &&
+      (!o->timeline_points || (l->tl && out->pool_reserved_at_peak)))
+    return CM_OK;
+  free(l->h);
+  free(l->tl);
+  cm_replay_result_free(out);
+  return CM_ENOMEM;
+}
+
+static void stream_figures(const cm_trace_t *t, cm_replay_result_t *out, size_t ns) {
+  out->stream_count = ns;
+  for (size_t k = 0; k < ns && k < t->stream_count; k++) {
+    out->streams[k].id = t->streams[k].id;
+    out->streams[k].peak_live_bytes = t->streams[k].peak_live_bytes;
+  }
+}
+
+/* The event loop over every stream's manager. */
+static void run_events(const cm_trace_t *t, fleet *f, const cm_replay_options_t *o, loop *l,
+                       cm_replay_result_t *out) {
+  const size_t n = t->count;
+  uint64_t every = o->progress ? o->progress_every : 0, countdown = every, obs_live = 0;
+  out->events = n;
+  for (size_t i = 0; i < n; i++) {
+    const cm_trace_event_t *e = &t->events[i];
+    size_t k = t->event_streams[i] < f->n ? t->event_streams[i] : 0;
+    bool go = step(l, f, o, out, e, k, i);
+    if (o->observe) observe(o, l, f->m[k], e, i, &obs_live);
+    account(l, f, out, k, i, n);
+    if (!go) {
+      out->events = i + 1;
+      break;
+    }
+    if (every && --countdown == 0) {
+      countdown = every;
+      o->progress(o->progress_arg, i + 1, n);
+    }
+  }
+}
+
+int cm_replay_run_streams(const cm_trace_t *trace, cm_storage_t *device,
+                          const cm_manager_config_t *cfg, const cm_replay_options_t *opts,
+                          cm_replay_result_t *out, cm_diag_t *diag) {
+  if (!trace || !device || !cfg || !out)
+    return cm__diag_set(diag, CM_EINVAL, "cm_replay_run_streams: NULL argument");
+  memset(out, 0, sizeof *out);
+  cm_replay_options_t o;
+  memset(&o, 0, sizeof o);
+  if (opts) o = *opts;
+  size_t ns = trace->stream_count ? trace->stream_count : 1;
+  fleet f;
+  int rc = fleet_create(&f, ns, device, cfg, diag);
+  if (rc != CM_OK) return rc;
+  loop l;
+  memset(&l, 0, sizeof l);
+  l.np = cm_manager_pool_count(f.m[0]);
+  for (size_t k = 0; k < ns; k++) l.total += f.held[k];
+  l.peak = l.total;
+  if (prepare(trace, l.np, &o, &l, out) != CM_OK) {
+    fleet_free(&f);
+    return cm__diag_set(diag, CM_ENOMEM, "out of memory preparing the replay");
+  }
+  stream_figures(trace, out, ns);
+  if (l.tl) l.tl[l.ntl++] = (cm_replay_sample_t){0, 0, l.total};
+  uint64_t t0 = cm__now_ns();
+  run_events(trace, &f, &o, &l, out);
+  uint64_t t1 = cm__now_ns();
+  reports_sum(&f, l.np, out->pool_reports);
+  fill_device(out, &f, l.peak);
+  for (uint32_t s = 0; s < trace->slots; s++)
+    if (l.h[s].d) cm_handle_release(l.h[s]);
+  if (o.progress) o.progress(o.progress_arg, trace->count, trace->count);
+  out->elapsed_ns = t1 - t0;
+  uint64_t ops = out->allocs + out->frees;
+  out->ns_per_op = ops ? (double)(t1 - t0) / (double)ops : 0.0;
+  out->peak_live_bytes = trace->peak_live_bytes;
+  out->pool_count = l.np;
+  out->timeline = l.tl;
+  out->timeline_count = l.ntl;
+  free(l.h);
+  fleet_free(&f);
+  return CM_OK;
+}
