@@ -7,8 +7,9 @@
  * (cudaMemGetInfo's total, torch.cuda.get_device_properties(i).total_memory,
  * the "total capacity" of PyTorch's out-of-memory message), rounded down to
  * MiB, on current drivers with ECC as shipped. They are a few percent below
- * the marketing size (an "80 GB" A100 reports about 79.15 GiB) and move by
- * tens of MiB with the driver version, ECC and MIG; docs/fit.md lists them.
+ * the marketing size (an "80 GB" H100 reports 79.11 GiB) and move by tens of
+ * MiB with the driver version, ECC and MIG; docs/fit.md lists them with the
+ * published reports each was checked against.
  *
  * Exports cli_gpus_builtin, cli_gpus_option, cli_gpus_fits (cli.h).
  */
@@ -28,11 +29,11 @@ void cli_gpus_builtin(cli_gpu_list_t *l) {
     uint64_t mib;
   } cards[] = {
       {"T4", 15102},         /* 16 GB GDDR6, reports 14.75 GiB */
-      {"L4", 22478},         /* 24 GB GDDR6, reports 21.95 GiB */
+      {"L4", 22558},         /* 24 GB GDDR6, reports 22.03 GiB */
       {"A10", 22515},        /* 24 GB GDDR6 (A10 / A10G), reports 21.99 GiB */
       {"RTX 4090", 24217},   /* 24 GB GDDR6X, reports 23.65 GiB */
       {"A100 40GB", 40536},  /* 40 GB HBM2, reports 39.59 GiB */
-      {"A100 80GB", 81050},  /* 80 GB HBM2e, reports 79.15 GiB */
+      {"A100 80GB", 81152},  /* 80 GB HBM2e, reports 79.25 GiB */
       {"H100 80GB", 81008},  /* 80 GB HBM3 (SXM), reports 79.11 GiB */
       {"H200", 143166},      /* 141 GB HBM3e, reports 139.81 GiB */
       {"B200", 182630},      /* 180 GB HBM3e, reports 178.35 GiB */
@@ -54,7 +55,7 @@ static int add_entry(const char *cmd, const char *src, char *e, cli_gpu_list_t *
   size_t n = strlen(name);
   while (n && (name[n - 1] == ' ' || name[n - 1] == '\t')) name[--n] = '\0';
   if (!size || !n) {
-    fprintf(stderr, "cubemem %s: --gpus %s: '%s' is not NAME=SIZE (e.g. \"T4=15102MiB,L4=22478MiB\")\n",
+    fprintf(stderr, "cubemem %s: --gpus %s: '%s' is not NAME=SIZE (e.g. \"T4=15102MiB,L4=22558MiB\")\n",
             cmd, src, e);
     return 2;
   }

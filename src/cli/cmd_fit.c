@@ -81,7 +81,7 @@ static void fit_usage(FILE *out) {
           "                         pytorch-expandable[:CONF]. Repeat to compare layouts.\n"
           "                         Default: default, pytorch and pytorch-expandable\n"
           "  --gpus LIST|FILE       the GPUs of 'fits on': NAME=SIZE,... (the memory each\n"
-          "                         reports, e.g. \"T4=15102MiB,L4=22478MiB\") or a file of\n"
+          "                         reports, e.g. \"T4=15102MiB,L4=22558MiB\") or a file of\n"
           "                         such entries, one a line ('#' comments)\n"
           "  --reserve SIZE         kept back on every GPU for the CUDA context and libraries\n"
           "                         (cuBLAS/cuDNN workspaces; default 500MiB)\n"
