@@ -177,6 +177,38 @@ typedef struct cm_snapshot_info {
   char alloc_conf[256];
 } cm_snapshot_info_t;
 
+/* The caching allocator's state when a snapshot's history begins, for
+ * replaying the PyTorch model from it (cm_torch_replay_from): the device's
+ * segments then (those at dump, with the history's segment_alloc /
+ * segment_map entries taken out and its segment_free / segment_unmap
+ * entries put back, last first) and the blocks live then (the snapshot's
+ * preexisting allocations, in the order the converted trace allocates them
+ * at time zero: its first block_count ALLOC events). */
+typedef struct cm_snapshot_segment {
+  uint64_t addr, size; /* PyTorch's address and total_size */
+  uint64_t stream;
+  bool small;          /* segment_type "small" (the pool of requests up to 1 MiB) */
+  bool expandable;     /* is_expandable */
+} cm_snapshot_segment_t;
+
+typedef struct cm_snapshot_block {
+  uint64_t addr;       /* PyTorch's address */
+  uint64_t size;       /* the block's size when it is live at dump, else `requested` */
+  uint64_t requested;  /* the requested size (the trace's) */
+  uint64_t stream;
+  bool size_known;     /* size is the block's own (from the segments at dump) */
+} cm_snapshot_block_t;
+
+typedef struct cm_snapshot_state {
+  cm_snapshot_segment_t *segments; /* by address; owned */
+  size_t segment_count, segment_cap;
+  uint64_t reserved_bytes;         /* the segments' total */
+  cm_snapshot_block_t *blocks;     /* owned */
+  size_t block_count;
+  uint64_t segment_events;         /* segment entries of the history undone */
+  bool expandable;                 /* some segment is expandable */
+} cm_snapshot_state_t;
+
 /* Initialise options to the defaults (device -1, free_completed). */
 CM_API void cm_snapshot_options_init(cm_snapshot_options_t *opts);
 /* True when the bytes look like a pickle (protocol 2 or later), i.e. a
@@ -192,6 +224,16 @@ CM_API CM_NODISCARD int cm_snapshot_to_csv(const void *buf, size_t len,
                                            const cm_snapshot_options_t *opts, char **csv,
                                            size_t *csv_len, cm_snapshot_info_t *info,
                                            cm_diag_t *diag);
+/* The starting state of the snapshot's device (opts->device as for
+ * cm_snapshot_to_csv) into *out (zeroed first; free with
+ * cm_snapshot_state_free, also after a failure). The state and the trace
+ * of cm_trace_parse_snapshot with the same options belong together.
+ * Errors: as cm_snapshot_to_csv. Thread-safe. */
+CM_API CM_NODISCARD int cm_snapshot_start_state(const void *buf, size_t len,
+                                                const cm_snapshot_options_t *opts,
+                                                cm_snapshot_state_t *out, cm_diag_t *diag);
+/* Free the arrays of a state and zero it. NULL ok. */
+CM_API void cm_snapshot_state_free(cm_snapshot_state_t *s);
 /* Convert a snapshot and parse the rows into a trace (see cm_trace_parse).
  * Errors: as cm_snapshot_to_csv and cm_trace_parse. Thread-safe. */
 CM_API CM_NODISCARD int cm_trace_parse_snapshot(const void *buf, size_t len,

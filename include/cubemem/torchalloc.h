@@ -144,6 +144,28 @@ CM_API void cm_torch_free(cm_torch_t *m, cm_torch_block_t *b);
 /* torch.cuda.empty_cache(): release every entirely free segment and unmap
  * every free page. Errors: the storage's status. */
 CM_API CM_NODISCARD int cm_torch_empty_cache(cm_torch_t *m, cm_diag_t *diag);
+/* A starting state (a snapshot's segments when its history begins, see
+ * cm_snapshot_start_state): a segment PyTorch already held, of `size` bytes
+ * at PyTorch's address `addr`, in the small or the large pool, for `stream`,
+ * as one free block. It is allocated from the storage (counted as a device
+ * allocation); later segments are placed above it. Not with expandable
+ * segments. Errors: CM_EINVAL (NULL, a size that is 0 or not a multiple of
+ * 512, an overlap with another segment), CM_ENOTSUP (expandable segments),
+ * the storage's status (the device refused), CM_ENOMEM. Nothing changes on
+ * failure. */
+CM_API CM_NODISCARD int cm_torch_seed_segment(cm_torch_t *m, uint64_t addr, uint64_t size,
+                                              bool small, uint64_t stream, cm_diag_t *diag);
+/* A block that was allocated before the history began: [addr, addr+size)
+ * (size rounded as the block's, 0 counts as 512) taken out of the free block
+ * of a seeded segment that holds it, the rest staying free. exact false: the
+ * size is an estimate (the requested size rounded), and a remainder after it
+ * that PyTorch would not have split off joins the block. *out: the block
+ * (freed with cm_torch_free like any other). Errors: CM_EINVAL (NULL),
+ * CM_ENOTFOUND (no free space there in a segment), CM_ENOMEM. Nothing changes
+ * on failure. */
+CM_API CM_NODISCARD int cm_torch_seed_block(cm_torch_t *m, uint64_t addr, uint64_t size,
+                                            uint64_t requested, bool exact,
+                                            cm_torch_block_t **out, cm_diag_t *diag);
 /* The device address and the (rounded) size of a block. */
 CM_API uint64_t cm_torch_block_addr(const cm_torch_block_t *b);
 CM_API uint64_t cm_torch_block_size(const cm_torch_block_t *b);
@@ -178,6 +200,22 @@ CM_API CM_NODISCARD int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *s
                                         const cm_replay_options_t *opts,
                                         cm_replay_result_t *out, cm_torch_stats_t *tstats,
                                         cm_diag_t *diag);
+/* cm_torch_replay from a snapshot's starting state (state may be NULL: the
+ * same as cm_torch_replay): the model first holds the state's segments (at
+ * PyTorch's addresses, counted as device allocations), and the trace's
+ * first state->block_count ALLOC events (the snapshot's allocations live
+ * before recording, cm_trace_parse_snapshot's time-zero rows) take their
+ * blocks where PyTorch had them. A block that finds no free space there is
+ * allocated as any other and counted in *unplaced (may be NULL). The trace
+ * and the state must come from the same snapshot with the same options.
+ * Errors: as cm_torch_replay, CM_ENOTSUP (expandable segments in the state,
+ * or expandable_segments in topts), cm_torch_seed_segment's. */
+CM_API CM_NODISCARD int cm_torch_replay_from(const cm_trace_t *trace, cm_storage_t *storage,
+                                             const cm_torch_options_t *topts,
+                                             const cm_snapshot_state_t *state,
+                                             const cm_replay_options_t *opts,
+                                             cm_replay_result_t *out, cm_torch_stats_t *tstats,
+                                             uint64_t *unplaced, cm_diag_t *diag);
 
 /* The smallest device memory on which `trace` replays through the model
  * with no out-of-memory (PyTorch's recovery modelled): the search of

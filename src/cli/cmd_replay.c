@@ -94,6 +94,10 @@ static void usage(FILE *out) {
           "                         first with trace entries)\n"
           "  --snapshot-free-on E   completed (default) | requested: the snapshot entry that\n"
           "                         frees a block\n"
+          "  --snapshot-start S     empty (default) | state: the PyTorch layouts replay a\n"
+          "                         snapshot from PyTorch's own segments and live blocks when\n"
+          "                         its history begins (compare 'reserved at end' with\n"
+          "                         PyTorch's reserved at dump; see docs/replay.md)\n"
           "  --merge-streams        replay every stream through one set of pools (default:\n"
           "                         a trace with several streams gives each stream its own\n"
           "                         pools on the one device, and is reported per stream)\n"
@@ -225,8 +229,11 @@ static int replay_streams(const env_t *env, const layout_t *lay, const cm_trace_
   return rc;
 }
 
+/* One replay of `t` under `lay` on a fresh device; *unplaced: for a PyTorch
+ * layout from a snapshot's starting state, its blocks that found no room. */
 static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
-                       const cm_replay_options_t *ro, cm_replay_result_t *res, cm_diag_t *d) {
+                       const cm_replay_options_t *ro, cm_replay_result_t *res,
+                       uint64_t *unplaced, cm_diag_t *d) {
   cm_storage_t *st = NULL;
   uint64_t cap = env->capacity;
   int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
@@ -234,7 +241,8 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
   if (lay->torch) {
     cm_replay_options_t tro = *ro;
     tro.per_stream = per_stream(env, t);
-    return cm_torch_replay(t, st, &lay->torch_opts, &tro, res, NULL, d);
+    return cm_torch_replay_from(t, st, &lay->torch_opts, env->state, &tro, res, NULL, unplaced,
+                                d);
   }
   if (per_stream(env, t)) return replay_streams(env, lay, t, st, ro, res, d);
   cm_manager_t *m = NULL;
@@ -268,7 +276,7 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
       ri.observe = cm_replay_recorder_observe;
       ri.observe_arg = out->rec;
     }
-    if ((rc = replay_once(env, lay, t, &ri, &out->res, d))) return rc;
+    if ((rc = replay_once(env, lay, t, &ri, &out->res, &out->start_unplaced, d))) return rc;
     if (out->rec && (rc = cm_replay_recorder_status(out->rec))) {
       snprintf(d->message, sizeof d->message, "out of memory recording the replay for --html");
       cm_replay_result_free(&out->res);
@@ -280,7 +288,7 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   if (!times) return CM_ENOMEM;
   for (unsigned r = 0; r < o->repeat; r++) {
     cm_replay_result_t tmp;
-    if ((rc = replay_once(env, lay, t, &ro, &tmp, d))) {
+    if ((rc = replay_once(env, lay, t, &ro, &tmp, &out->start_unplaced, d))) {
       free(times);
       if (have) cm_replay_result_free(&out->res);
       return rc;
@@ -298,6 +306,7 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
                                : (times[o->repeat / 2 - 1] + times[o->repeat / 2]) / 2;
   free(times);
   out->median_ns = med;
+  out->from_state = lay->torch && env->state;
   uint64_t ops = out->res.allocs + out->res.frees;
   out->ns_per_op = ops ? (double)med / (double)ops : 0.0;
   return CM_OK;
@@ -385,7 +394,8 @@ static bool value_option(int argc, char **argv, int *i, const char **name, const
                                            "--config", "--persistent-memory", "--repeat",
                                            "--runs", "--driver-costs",
                                            "--svg", "--device", "--html", "--snapshot-device",
-                                           "--snapshot-free-on", "--torch-conf"};
+                                           "--snapshot-free-on", "--torch-conf",
+                                           "--snapshot-start"};
   const char *a = argv[*i];
   *name = NULL;
   *val = NULL;
@@ -482,6 +492,12 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
       return 2;
     }
     o->snapshot_device = (int)dv;
+  } else if (!strcmp(name, "--snapshot-start")) {
+    if (strcmp(val, "state") && strcmp(val, "empty")) {
+      fprintf(stderr, "cubemem replay: bad --snapshot-start '%s' (empty or state)\n", val);
+      return 2;
+    }
+    o->snapshot_state = !strcmp(val, "state");
   } else if (!strcmp(name, "--snapshot-free-on")) {
     if (strcmp(val, "completed") && strcmp(val, "requested")) {
       fprintf(stderr, "cubemem replay: bad --snapshot-free-on '%s' (completed or requested)\n", val);
@@ -532,7 +548,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
           "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json", "--torch-conf",
-          "--skip-bad-lines", "--no-progress", "--no-config", "--merge-streams", "--help"};
+          "--skip-bad-lines", "--no-progress", "--no-config", "--merge-streams", "--snapshot-start", "--help"};
       return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }
     if (!val) {
@@ -788,17 +804,31 @@ static int replay_all(env_t *env, job_t *job) {
     const char *tname = o->traces[ti];
     cm_trace_t *t = NULL;
     if (cli_trace_load("replay", tname, &to, &t, &job->tinfo)) return 1;
+    cm_snapshot_state_t state;
+    memset(&state, 0, sizeof state);
+    env->state = NULL;
+    if (o->snapshot_state && job->tinfo.is_snapshot) {
+      if (cli_snapshot_state_load("replay", tname, o, &state)) {
+        cm_trace_free(t);
+        return 1;
+      }
+      env->state = &state;
+    }
     for (size_t l = 0; l < o->layout_count; l++) /* a snapshot's recorded PyTorch options */
       if (job->lays[l].torch &&
           cli_torch_options_for("replay", job->lays[l].text,
                                 job->tinfo.is_snapshot ? job->tinfo.snap.alloc_conf : NULL,
                                 o->torch_conf, env->capacity, &job->lays[l].torch_opts)) {
         cm_trace_free(t);
+        cm_snapshot_state_free(&state);
+        env->state = NULL;
         return 2;
       }
     bool ok = replay_trace(env, job->lays, tname, t, &job->runs[ti * o->layout_count]);
     if (ok) report_trace(env, job, ti, tname, t);
     cm_trace_free(t);
+    cm_snapshot_state_free(&state);
+    env->state = NULL;
     if (!ok) return 1;
   }
   return 0;

@@ -40,6 +40,8 @@ typedef struct opts {
   bool fit;         /* --fit: also search the smallest device per layout */
   const char *torch_conf; /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   bool merge_streams;     /* --merge-streams: every stream through one set of pools */
+  bool snapshot_state;    /* --snapshot-start state: the PyTorch layouts start from the
+                             snapshot's segments and live blocks */
   const char **traces;
   size_t trace_count;
 } opts_t;
@@ -57,6 +59,10 @@ typedef struct run {
   cm_storage_stats_t *run_stats;
   uint64_t *run_failed;
   unsigned nruns;
+  /* --snapshot-start state, PyTorch layouts: the starting state was used and
+   * this many of its blocks found no free space where PyTorch had them */
+  bool from_state;
+  uint64_t start_unplaced;
 } run_t;
 
 /* What every run of the command shares: options, device, configuration. */
@@ -68,7 +74,14 @@ typedef struct env {
   cm_logger_t *logger;
   const cli_trace_info_t *tinfo; /* the trace being reported */
   char device_name[256];         /* a real device's name ("llvmpipe (LLVM ...)"), or "" */
+  const cm_snapshot_state_t *state; /* --snapshot-start state on a snapshot, else NULL */
 } env_t;
+
+/* --snapshot-start state: the starting state of the snapshot at `path`
+ * (read again, with o's snapshot options) into *out. 0, or 1 with a message
+ * on stderr (out then holds nothing to free). */
+int cli_snapshot_state_load(const char *cmd, const char *path, const opts_t *o,
+                            cm_snapshot_state_t *out);
 
 /* The text report of one trace: one column per layout (n runs). */
 void cli_replay_print_text(const char *tname, const cm_trace_t *t, const layout_t *lays,

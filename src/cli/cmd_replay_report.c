@@ -174,6 +174,11 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     fputc('}', f);
   }
   print_streams_json(f, t, r);
+  if (run->from_state && env->state)
+    fprintf(f, ",\"snapshot_start\":\"state\",\"start_segments\":%zu,\"start_reserved_bytes\":%" PRIu64
+            ",\"start_blocks\":%zu,\"start_unplaced\":%" PRIu64,
+            env->state->segment_count, env->state->reserved_bytes, env->state->block_count,
+            run->start_unplaced);
   if (t->alloc_failures)
     fprintf(f, ",\"trace_first_failure\":{\"size\":%" PRIu64 ",\"time_us\":%" PRIu64
             ",\"live_bytes\":%" PRIu64 ",\"line\":%" PRIu64 "}",
@@ -308,6 +313,12 @@ static void print_text_head(const char *tname, const cm_trace_t *t, const env_t 
            "recording; PyTorch reserved %s in %" PRIu64 " segments at dump, with\n"
            "        PYTORCH_CUDA_ALLOC_CONF %s (allocator_settings at dump)\n",
            si->device, si->device_count, si->preexisting, a, si->segments, conf);
+    if (env->state) {
+      fmt_bytes(env->state->reserved_bytes, a, sizeof a);
+      printf("        the PyTorch layouts start from PyTorch's state when the history begins: %zu "
+             "segments (%s), %zu blocks live (--snapshot-start state)\n",
+             env->state->segment_count, a, env->state->block_count);
+    }
   }
   if (t->unknown_frees || t->alloc_failures || t->duplicate_allocs || t->bad_lines)
     printf("        anomalies: %" PRIu64 " frees of unknown pointers, %" PRIu64
@@ -553,6 +564,9 @@ static void print_pool_tables(const layout_t *lays, const run_t *runs, size_t n)
       char what[320];
       cli_torch_describe(&lays[i].torch_opts, what, sizeof what);
       printf("\n  layout '%s': %s\n", lays[i].text, what);
+      if (runs[i].from_state)
+        printf("    from the snapshot's starting state; %" PRIu64 " of its blocks found no room "
+               "where PyTorch had them (allocated as new)\n", runs[i].start_unplaced);
       continue;
     }
     printf("\n  pools of layout '%s' (at the end of the trace):\n", lays[i].text);

@@ -39,6 +39,7 @@ typedef struct row {
   uint64_t addr, size, stream;
   size_t seq; /* for a stable sort */
   int action;
+  uint64_t block_size; /* a block live at dump: its size; else 0 (unknown) */
 } row_t;
 
 typedef struct rows {
@@ -126,8 +127,84 @@ static void allocator_conf(const cm_pv_t *snap, cm_snapshot_info_t *info) {
   info->has_alloc_conf = true;
 }
 
+/* ---- the starting state (cm_snapshot_start_state) ------------------------ */
+
+static bool state_push_segment(cm_snapshot_state_t *st, cm_snapshot_segment_t g) {
+  if (st->segment_count == st->segment_cap) {
+    size_t nc = st->segment_cap ? st->segment_cap * 2 : 64;
+    cm_snapshot_segment_t *ns = realloc(st->segments, nc * sizeof *ns);
+    if (!ns) return false;
+    st->segments = ns;
+    st->segment_cap = nc;
+  }
+  st->segments[st->segment_count++] = g;
+  st->reserved_bytes += g.size;
+  return true;
+}
+
+/* A segment of the chosen device at dump into st. */
+static bool state_segment(cm_snapshot_state_t *st, const cm_pv_t *seg, uint64_t addr,
+                          uint64_t total) {
+  int64_t stream = 0;
+  if (!num(cm__pv_get(seg, "stream"), 0, &stream) || stream < 0) stream = 0;
+  const cm_pv_t *ex = cm__pv_get(seg, "is_expandable");
+  cm_snapshot_segment_t g = {addr, total, (uint64_t)stream,
+                             cm__pv_str_is(cm__pv_get(seg, "segment_type"), "small"),
+                             ex && ex->kind == CM_PV_BOOL && ex->i != 0};
+  if (g.expandable) st->expandable = true;
+  return state_push_segment(st, g);
+}
+
+/* Is `action` one of the caching allocator's segment entries; *made: it
+ * made the segment (segment_alloc, segment_map) rather than gave it back. */
+static bool segment_action(const cm_pv_t *action, bool *made) {
+  *made = cm__pv_str_is(action, "segment_alloc") || cm__pv_str_is(action, "segment_map");
+  return *made || cm__pv_str_is(action, "segment_free") || cm__pv_str_is(action, "segment_unmap");
+}
+
+/* Undo the history's segment entries (ev, in order; action 0: made, 1:
+ * given back) on the segments at dump, last first: a segment made during
+ * the history did not exist at its start, one given back did. */
+static bool state_undo_segments(cm_snapshot_state_t *st, const rows_t *ev) {
+  for (size_t i = ev->n; i-- > 0;) {
+    const row_t *r = &ev->r[i];
+    st->segment_events++;
+    if (r->action == 0) {
+      for (size_t k = 0; k < st->segment_count; k++)
+        if (st->segments[k].addr == r->addr) {
+          st->reserved_bytes -= st->segments[k].size;
+          st->segments[k] = st->segments[--st->segment_count];
+          break;
+        }
+    } else {
+      cm_snapshot_segment_t g = {r->addr, r->size, r->stream, r->size == 2ull << 20, false};
+      if (!state_push_segment(st, g)) return false;
+    }
+  }
+  return true;
+}
+
+/* The allocations live before recording (pre, in the trace's order) as the
+ * starting state's blocks. */
+static bool state_blocks(cm_snapshot_state_t *st, const rows_t *pre) {
+  st->blocks = pre->n ? calloc(pre->n, sizeof *st->blocks) : NULL;
+  if (pre->n && !st->blocks) return false;
+  st->block_count = pre->n;
+  for (size_t i = 0; i < pre->n; i++) {
+    const row_t *r = &pre->r[i];
+    st->blocks[i] = (cm_snapshot_block_t){r->addr, r->block_size ? r->block_size : r->size, r->size,
+                                          r->stream, r->block_size != 0};
+  }
+  return true;
+}
+
+static int cmp_segment(const void *a, const void *b) {
+  const cm_snapshot_segment_t *x = a, *y = b;
+  return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
 static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf *out,
-                   cm_snapshot_info_t *info, cm_diag_t *diag) {
+                   cm_snapshot_info_t *info, cm_snapshot_state_t *state, cm_diag_t *diag) {
   const cm_pv_t *segs = NULL, *traces = NULL;
   if (snap->kind == CM_PV_DICT) {
     segs = cm__pv_get(snap, "segments");
@@ -174,7 +251,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
     return cm__diag_set(diag, CM_EPARSE, "not a memory snapshot: device_traces[%d] is not a list",
                         device);
   const char *free_action = o->free_on_requested ? "free_requested" : "free_completed";
-  rows_t ev = {0}, pre = {0};
+  rows_t ev = {0}, pre = {0}, segev = {0};
   cm__u64map live = {0}, pre_seen = {0};
   int rc = CM_OK;
   bool have_t0 = false;
@@ -186,6 +263,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
     if (e->kind != CM_PV_DICT) continue;
     const cm_pv_t *action = cm__pv_get(e, "action");
     int64_t t = 0, addr = 0, size = 0, stream = 0;
+    bool made = false;
     const cm_pv_t *tv = cm__pv_get(e, "time_us");
     bool has_t = tv && tv->kind != CM_PV_NONE;
     if (!num(tv, 0, &t)) {
@@ -200,7 +278,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
     else if (!num(cm__pv_get(e, "size"), 0, &size) || size < 0) rc = bad_field(diag, "trace entry", "size", i);
     else if (!num(cm__pv_get(e, "stream"), 0, &stream) || stream < 0) rc = bad_field(diag, "trace entry", "stream", i);
     if (rc) break;
-    row_t r = {rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC};
+    row_t r = {rel, (uint64_t)addr, (uint64_t)size, (uint64_t)stream, 0, ROW_ALLOC, 0};
     if (cm__pv_str_is(action, "alloc")) {
       if (cm__u64map_put(&live, KEY(r.addr), SIZE_VAL(r.size)) || !rows_push(&ev, r)) rc = CM_ENOMEM;
     } else if (cm__pv_str_is(action, free_action)) {
@@ -210,13 +288,16 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
         r.size = (uint64_t)(uintptr_t)sv - 1;
       } else if (!cm__u64map_get(&pre_seen, KEY(r.addr))) {
         if (cm__u64map_put(&pre_seen, KEY(r.addr), SIZE_VAL(0))) rc = CM_ENOMEM;
-        row_t p = {0, r.addr, r.size, r.stream, 0, ROW_ALLOC};
+        row_t p = {0, r.addr, r.size, r.stream, 0, ROW_ALLOC, 0};
         if (!rc && !rows_push(&pre, p)) rc = CM_ENOMEM;
         info->freed_unallocated++;
       } else {
         continue; /* a second free of an unknown pointer: nothing to free */
       }
       if (!rc && !rows_push(&ev, r)) rc = CM_ENOMEM;
+    } else if (state && segment_action(action, &made)) {
+      r.action = made ? 0 : 1;
+      if (!rows_push(&segev, r)) rc = CM_ENOMEM;
     } else if (cm__pv_str_is(action, "oom")) {
       r.action = ROW_FAIL;
       r.addr = 0;
@@ -253,6 +334,10 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
     }
     info->segments++;
     info->reserved_bytes += (uint64_t)total;
+    if (state && !state_segment(state, seg, (uint64_t)addr, (uint64_t)total)) {
+      rc = CM_ENOMEM;
+      break;
+    }
     const cm_pv_t *blocks = cm__pv_get(seg, "blocks");
     if (!blocks || blocks->kind == CM_PV_NONE) continue;
     if (blocks->kind != CM_PV_LIST) {
@@ -279,7 +364,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
           break;
         }
         if (!cm__u64map_get(&live, KEY((uint64_t)baddr)) && !cm__u64map_get(&pre_seen, KEY((uint64_t)baddr))) {
-          row_t p = {0, (uint64_t)baddr, (uint64_t)req, 0, 0, ROW_ALLOC};
+          row_t p = {0, (uint64_t)baddr, (uint64_t)req, 0, 0, ROW_ALLOC, (uint64_t)size};
           if (cm__u64map_put(&pre_seen, KEY((uint64_t)baddr), SIZE_VAL(0)) || !rows_push(&pre, p)) {
             rc = CM_ENOMEM;
             break;
@@ -307,6 +392,10 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
   }
   if (rc == CM_OK) {
     if (pre.n) qsort(pre.r, pre.n, sizeof *pre.r, cmp_addr);
+    if (state && (!state_blocks(state, &pre) || !state_undo_segments(state, &segev)))
+      rc = CM_ENOMEM;
+    if (state && state->segment_count)
+      qsort(state->segments, state->segment_count, sizeof *state->segments, cmp_segment);
     cm__sb_printf(out, "Thread,Time,Action,Pointer,Size,Stream\n");
     for (size_t i = 0; i < pre.n; i++) emit(out, &pre.r[i]);
     for (size_t i = 0; i < ev.n; i++) emit(out, &ev.r[i]);
@@ -315,6 +404,7 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
   if (rc == CM_ENOMEM) cm__diag_set(diag, rc, "out of memory converting the snapshot");
   free(ev.r);
   free(pre.r);
+  free(segev.r);
   cm__u64map_free(&live);
   cm__u64map_free(&pre_seen);
   return rc;
@@ -339,7 +429,7 @@ int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t 
   int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
   if (rc) return rc;
   cm__sbuf out = {0};
-  rc = convert(root, opts, &out, &tmp, diag);
+  rc = convert(root, opts, &out, &tmp, NULL, diag);
   cm__pickle_free(doc);
   if (info) *info = tmp;
   if (rc) {
@@ -349,6 +439,37 @@ int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t 
   *csv = out.p;
   *csv_len = out.n;
   return CM_OK;
+}
+
+int cm_snapshot_start_state(const void *buf, size_t len, const cm_snapshot_options_t *opts,
+                            cm_snapshot_state_t *out, cm_diag_t *diag) {
+  if (!out || (!buf && len))
+    return cm__diag_set(diag, CM_EINVAL, "cm_snapshot_start_state: NULL argument");
+  memset(out, 0, sizeof *out);
+  cm_snapshot_options_t def;
+  cm_snapshot_options_init(&def);
+  if (!opts) opts = &def;
+  if (!cm_snapshot_detect(buf, len))
+    return cm__diag_set(diag, CM_EPARSE,
+                        "not a pickle (a snapshot starts with the PROTO opcode, protocol 2 to 5)");
+  cm_pickle_t *doc = NULL;
+  const cm_pv_t *root = NULL;
+  int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
+  if (rc) return rc;
+  cm__sbuf text = {0};
+  cm_snapshot_info_t info;
+  memset(&info, 0, sizeof info);
+  rc = convert(root, opts, &text, &info, out, diag);
+  cm__pickle_free(doc);
+  free(text.p);
+  return rc;
+}
+
+void cm_snapshot_state_free(cm_snapshot_state_t *s) {
+  if (!s) return;
+  free(s->segments);
+  free(s->blocks);
+  memset(s, 0, sizeof *s);
 }
 
 int cm_trace_parse_snapshot(const void *buf, size_t len, const cm_snapshot_options_t *opts,

@@ -913,6 +913,112 @@ void cm_torch_free(cm_torch_t *m, cm_torch_block_t *b) {
   set_insert(m, b);
 }
 
+/* ---- a starting state ------------------------------------------------------------------------ */
+
+static tseg *segment_at(const cm_torch_t *m, uint64_t addr) {
+  for (tseg *g = m->segs; g; g = g->next_seg)
+    if (addr >= g->addr && addr - g->addr < g->size) return g;
+  return NULL;
+}
+
+int cm_torch_seed_segment(cm_torch_t *m, uint64_t addr, uint64_t size, bool small,
+                          uint64_t stream, cm_diag_t *diag) {
+  if (!m) return cm__diag_set(diag, CM_EINVAL, "cm_torch_seed_segment: NULL model");
+  if (m->o.expandable_segments)
+    return cm__diag_set(diag, CM_ENOTSUP, "a starting state of expandable segments is not modelled");
+  if (!size || size % K_MIN_BLOCK || addr > UINT64_MAX - size)
+    return cm__diag_set(diag, CM_EINVAL, "bad segment of %" PRIu64 " bytes at 0x%" PRIx64, size, addr);
+  for (tseg *g = m->segs; g; g = g->next_seg)
+    if (addr < g->addr + g->size && g->addr < addr + size)
+      return cm__diag_set(diag, CM_EINVAL, "the segment at 0x%" PRIx64 " overlaps another", addr);
+  tseg *g = calloc(1, sizeof *g);
+  if (!g) return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  int rc = cm_storage_alloc(m->st, size, &g->id, NULL);
+  if (rc != CM_OK) {
+    free(g);
+    return cm__diag_set(diag, rc, "the device refused the starting segment of %" PRIu64 " bytes: %s",
+                        size, cm_strerror(rc));
+  }
+  g->addr = addr;
+  g->size = size;
+  g->pool = small ? 0 : 1;
+  g->stream = stream;
+  cm_torch_block_t *b = new_block(m, g, stream, addr, size, true);
+  if (!b) {
+    cm_storage_dealloc(m->st, g->id, size);
+    (void)cm_storage_flush(m->st);
+    free(g);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  }
+  g->head = b;
+  seg_link(m, g);
+  set_insert(m, b);
+  reserve_add(m, g, size);
+  if (++m->s.segments > m->s.segments_peak) m->s.segments_peak = m->s.segments;
+  uint64_t end = (addr + size + K_SMALL_BUFFER - 1) / K_SMALL_BUFFER * K_SMALL_BUFFER;
+  if (end > m->va.top) m->va.top = end; /* later segments go above it */
+  return CM_OK;
+}
+
+/* The free block of segment g that holds [addr, addr+size), or NULL. */
+static cm_torch_block_t *free_block_holding(const tseg *g, uint64_t addr, uint64_t size) {
+  for (cm_torch_block_t *b = g->head; b; b = b->next)
+    if (addr >= b->addr && addr - b->addr < b->size)
+      return !b->allocated && b->mapped && size <= b->size - (addr - b->addr) ? b : NULL;
+  return NULL;
+}
+
+/* Link a new block x just before (before) or after b, in b's free set. */
+static void link_beside(cm_torch_t *m, cm_torch_block_t *b, cm_torch_block_t *x, bool before) {
+  if (before) {
+    x->prev = b->prev;
+    x->next = b;
+    if (b->prev) b->prev->next = x;
+    else b->seg->head = x;
+    b->prev = x;
+  } else {
+    x->next = b->next;
+    x->prev = b;
+    if (b->next) b->next->prev = x;
+    b->next = x;
+  }
+  set_insert(m, x);
+}
+
+int cm_torch_seed_block(cm_torch_t *m, uint64_t addr, uint64_t size, uint64_t requested,
+                        bool exact, cm_torch_block_t **out, cm_diag_t *diag) {
+  if (!m || !out) return cm__diag_set(diag, CM_EINVAL, "cm_torch_seed_block: NULL argument");
+  *out = NULL;
+  if (!size) size = K_MIN_BLOCK;
+  tseg *g = segment_at(m, addr);
+  cm_torch_block_t *b = g ? free_block_holding(g, addr, size) : NULL;
+  if (!b)
+    return cm__diag_set(diag, CM_ENOTFOUND,
+                        "no free space of %" PRIu64 " bytes at 0x%" PRIx64 " in a starting segment",
+                        size, addr);
+  uint64_t before = addr - b->addr, after = b->size - before - size;
+  /* a remainder PyTorch would not have split off stays in the block */
+  if (!exact && after && !should_split(m, &(cm_torch_block_t){.pool = b->pool, .size = size + after}, size))
+    size += after, after = 0;
+  cm_torch_block_t *x = before ? new_block(m, g, b->stream, b->addr, before, true) : NULL;
+  cm_torch_block_t *y = after ? new_block(m, g, b->stream, addr + size, after, true) : NULL;
+  if ((before && !x) || (after && !y)) {
+    free(x);
+    free(y);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory");
+  }
+  set_remove(m, b);
+  if (x) link_beside(m, b, x, true);
+  if (y) link_beside(m, b, y, false);
+  b->addr = addr;
+  b->size = size;
+  b->allocated = true;
+  b->requested = requested;
+  m->s.allocated += size;
+  *out = b;
+  return CM_OK;
+}
+
 /* ---- lifetime and queries -------------------------------------------------------------------- */
 
 int cm_torch_create(cm_storage_t *storage, const cm_torch_options_t *opts, cm_torch_t **out,

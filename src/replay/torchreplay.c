@@ -98,10 +98,48 @@ static void per_stream_finish(per_stream *ps, const cm_torch_t *m, cm_replay_res
   ps->at_peak = NULL;
 }
 
+/* The starting state's segments into the model. */
+static int seed_segments(cm_torch_t *m, const cm_snapshot_state_t *state, cm_diag_t *diag) {
+  if (state->expandable)
+    return cm__diag_set(diag, CM_ENOTSUP,
+                        "the snapshot has expandable segments: a starting state of expandable "
+                        "segments is not modelled (replay it from an empty device)");
+  for (size_t k = 0; k < state->segment_count; k++) {
+    const cm_snapshot_segment_t *g = &state->segments[k];
+    int rc = cm_torch_seed_segment(m, g->addr, g->size, g->small, g->stream, diag);
+    if (rc != CM_OK) return rc;
+  }
+  return CM_OK;
+}
+
+/* The k-th ALLOC of the trace when it is a block of the starting state:
+ * placed where PyTorch had it, or (no free space there: *unplaced counted)
+ * allocated as any other. */
+static int seeded_malloc(cm_torch_t *m, const cm_torch_options_t *to,
+                         const cm_snapshot_block_t *b, uint64_t stream, cm_torch_block_t **out,
+                         uint64_t *unplaced, cm_diag_t *diag) {
+  if (b->requested) {
+    uint64_t size = b->size_known ? b->size : cm_torch_round_size(to, b->requested);
+    int rc = cm_torch_seed_block(m, b->addr, size, b->requested, b->size_known, out, NULL);
+    if (rc != CM_ENOTFOUND) return rc;
+    (*unplaced)++;
+  }
+  return cm_torch_malloc(m, b->requested, stream, out, diag);
+}
+
 int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
                     const cm_torch_options_t *topts, const cm_replay_options_t *opts,
                     cm_replay_result_t *out, cm_torch_stats_t *tstats, cm_diag_t *diag) {
+  return cm_torch_replay_from(trace, storage, topts, NULL, opts, out, tstats, NULL, diag);
+}
+
+int cm_torch_replay_from(const cm_trace_t *trace, cm_storage_t *storage,
+                         const cm_torch_options_t *topts, const cm_snapshot_state_t *state,
+                         const cm_replay_options_t *opts, cm_replay_result_t *out,
+                         cm_torch_stats_t *tstats, uint64_t *unplaced, cm_diag_t *diag) {
   if (out) memset(out, 0, sizeof *out);
+  uint64_t nplaced_not = 0;
+  if (unplaced) *unplaced = 0;
   if (!trace || !storage || !out) {
     cm_storage_destroy(storage);
     return cm__diag_set(diag, CM_EINVAL, "cm_torch_replay: NULL argument");
@@ -118,6 +156,13 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   cm_torch_t *m = NULL;
   int rc = cm_torch_create(storage, topts, &m, diag);
   if (rc != CM_OK) return rc;
+  cm_torch_options_t to;
+  cm_torch_options_init(&to);
+  if (topts) to = *topts;
+  if (state && (rc = seed_segments(m, state, diag)) != CM_OK) {
+    cm_torch_destroy(m);
+    return rc;
+  }
 
   per_stream ps;
   if (per_stream_init(&ps, trace, o.per_stream) != CM_OK) {
@@ -160,7 +205,12 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
       if (sr) sr->allocs++;
       live += e->size;
       cm_diag_clear(&fd);
-      rc = cm_torch_malloc(m, e->size, event_stream(&ps, trace, i), &blk[e->slot], &fd);
+      uint64_t stream = event_stream(&ps, trace, i);
+      if (state && allocs <= state->block_count)
+        rc = seeded_malloc(m, &to, &state->blocks[allocs - 1], stream, &blk[e->slot],
+                           &nplaced_not, &fd);
+      else
+        rc = cm_torch_malloc(m, e->size, stream, &blk[e->slot], &fd);
       if (rc != CM_OK) {
         blk[e->slot] = NULL;
         if (sr) sr->failed_allocs++;
@@ -211,6 +261,7 @@ int cm_torch_replay(const cm_trace_t *trace, cm_storage_t *storage,
   cm_storage_stats_t s;
   cm_storage_stats(cm_torch_storage(m), &s);
   if (tstats) cm_torch_stats(m, tstats);
+  if (unplaced) *unplaced = nplaced_not;
   per_stream_finish(&ps, m, out);
   free(blk); /* the blocks go with the model */
   cm_torch_destroy(m);
