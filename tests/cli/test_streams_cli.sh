@@ -74,6 +74,20 @@ one=$("${R[@]}" --json "$SRC/examples/torch-cpu-gpt-train.csv")
 grep -q '"streams_merged":false,"streams":\[{"stream":0,"allocs":[0-9]*,"peak_live_bytes":[0-9]*}\]' <<<"$one" &&
   ok "single stream: the report as before" || bad "single stream report"
 
+# the HTML report: the per-stream figures, and a Streams table in a browser
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+"${R[@]}" --pools default --pools pytorch --html "$TMP/r.html" "$TWO" >/dev/null
+grep -q '"reserved_at_device_peak"' "$TMP/r.html" && ok "html: per-stream figures embedded" || bad "html: per-stream figures"
+CHROME=${CM_CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
+if [ -n "$CHROME" ]; then
+  dom=$(timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --dump-dom "file://$TMP/r.html" 2>/dev/null)
+  grep -q '<h3>Streams</h3>' <<<"$dom" && ok "html: a Streams table in the browser" || bad "html: Streams table"
+  expect "html: a row per (layout, stream)" "$(grep -o 'data-stream="[0-9]*"' <<<"$dom" | wc -l)" 4
+else
+  echo "# no Chromium: the Streams table is not checked in a browser"
+fi
+
 "${R[@]}" --merge-streams >/dev/null 2>&1
 expect "--merge-streams without a trace: usage error" "$?" 2
 echo "$pass passed, $fail failed"
