@@ -59,7 +59,9 @@ typedef struct cm_trace_event {
 } cm_trace_event_t;
 
 /* One stream of a trace (RMM's `Stream` column, a snapshot entry's
- * `stream`): the replay merges them, these figures say what was merged. */
+ * `stream`): its allocations and live bytes. cm_replay_run_streams (and the
+ * PyTorch model with per_stream) gives each its own pools; cm_replay_run
+ * merges them. */
 typedef struct cm_trace_stream {
   uint64_t id;              /* the stream's value in the trace (0 when absent) */
   uint64_t allocs;          /* allocations made on it */

@@ -187,8 +187,10 @@ CM_API size_t cm_torch_check(const cm_torch_t *m);
 
 /* Replay `trace` through a model on `storage` (taken over and destroyed,
  * also on failure; a fresh storage, so its counters are the replay's): each
- * ALLOC is cm_torch_malloc on stream 0 (traces carry no stream: one stream),
- * each FREE cm_torch_free. Fills *out as cm_replay_run does (peaks from the
+ * ALLOC is cm_torch_malloc, on stream 0 or, with opts->per_stream, on its
+ * trace stream's id (then out->streams has each stream's figures: its
+ * segments' reserved bytes), each FREE cm_torch_free (the block returns to
+ * the pool of the stream it was allocated on). Fills *out as cm_replay_run does (peaks from the
  * storage, driver calls by kind, failures with PyTorch's out-of-memory
  * message, a timeline when asked; pool_count 0: the report has no cubemem
  * pools), and *tstats when not NULL (after the last event, before the live
@@ -224,7 +226,8 @@ CM_API CM_NODISCARD int cm_torch_replay_from(const cm_trace_t *trace, cm_storage
  * (cm_storage_sim_create, granularity opts->granularity) of each probed
  * capacity; each probe's device is what PyTorch sees (topts->device_memory
  * is the probed capacity; the unlimited probe keeps topts->device_memory,
- * 0 = 80 GiB). opts may be NULL (defaults).
+ * 0 = 80 GiB); opts->per_stream replays a trace of several streams with
+ * per-stream pools (cm_torch_replay's per_stream). opts may be NULL.
  * Errors: CM_EINVAL, CM_EOOM when the trace does not replay even on an
  * unlimited device, CM_ENOMEM. */
 CM_API CM_NODISCARD int cm_torch_fit(const cm_trace_t *trace, const cm_torch_options_t *topts,
