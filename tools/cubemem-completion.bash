@@ -18,6 +18,7 @@ _cubemem() {
     --persistent-memory) COMPREPLY=($(compgen -W "enabled size-match disabled enforced" -- "$cur")); return ;;
     --device) COMPREPLY=($(compgen -W "sim cuda cuda:sync cuda:async vulkan vulkan:0" -- "$cur")); return ;;
     --snapshot-free-on) COMPREPLY=($(compgen -W "completed requested" -- "$cur")); return ;;
+    --snapshot-start) COMPREPLY=($(compgen -W "empty state" -- "$cur")); return ;;
     --device-memory) COMPREPLY=($(compgen -W "80GiB 40GiB 24GiB 16GiB" -- "$cur")); return ;;
     --alignment) COMPREPLY=($(compgen -W "256 512 1024" -- "$cur")); return ;;
     --config) COMPREPLY=($(compgen -f -X '!*.toml' -- "$cur") $(compgen -d -- "$cur")); return ;;
@@ -30,8 +31,8 @@ _cubemem() {
   esac
   local opts
   case $cmd in
-    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --torch-conf --no-progress --help" ;;
-    fit) opts="--pools --gpus --reserve --device-memory --alignment --persistent-memory --config --no-config --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --torch-conf --json --skip-bad-lines --no-progress --help" ;;
+    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --snapshot-start --merge-streams --torch-conf --no-progress --help" ;;
+    fit) opts="--pools --gpus --reserve --device-memory --alignment --persistent-memory --config --no-config --merge-streams --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --torch-conf --json --skip-bad-lines --no-progress --help" ;;
     plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --driver-costs --skip-bad-lines --help" ;;
     check-config) opts="--lenient --help" ;;
     *) opts="--help" ;;

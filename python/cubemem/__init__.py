@@ -151,7 +151,7 @@ def _snapshot_options(snapshot_device, snapshot_free_on, torch_conf):
 def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
            persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None,
            runs=None, html=None, svg=None, snapshot_device=None, snapshot_free_on=None,
-           torch_conf=None):
+           torch_conf=None, merge_streams=False, snapshot_start=None):
     """Replay one trace or a list of traces under each layout of `pools` (a
     layout text or a list of them; default: cubemem's default layout) and
     return one dict per (trace, layout): the objects `cubemem replay --json`
@@ -165,13 +165,22 @@ def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
     snapshot_device, snapshot_free_on ("completed" or "requested") and
     torch_conf (PYTORCH_CUDA_ALLOC_CONF of the pytorch layouts): as the
     options of the same names. A snapshot's results carry its fields
-    (torch_reserved_bytes, torch_segments, snapshot_device, ...). A run
-    with failed reservations still returns its results (check
-    failed_allocs); any other failure raises CubememError."""
+    (torch_reserved_bytes, torch_segments, snapshot_device, ...).
+    merge_streams: replay every stream through one set of pools (default: a
+    trace with several streams gives each its own pools; its results'
+    "streams" then carry each stream's peak_reserved_bytes).
+    snapshot_start: "empty" (default) or "state" (the pytorch layouts start
+    from the snapshot's own segments and live blocks). A run with failed
+    reservations still returns its results (check failed_allocs); any other
+    failure raises CubememError."""
     args = ["--json", "--no-progress"] + _options(pools, device, device_memory, alignment,
                                                   persistent_memory, skip_bad_lines, config,
                                                   driver_costs)
     args += _snapshot_options(snapshot_device, snapshot_free_on, torch_conf)
+    if merge_streams:
+        args.append("--merge-streams")
+    if snapshot_start is not None:
+        args += ["--snapshot-start", snapshot_start]
     if runs is not None:
         args += ["--runs", str(int(runs))]
     if html is not None:
@@ -183,7 +192,8 @@ def replay(traces, pools=None, device=None, device_memory=None, alignment=None,
 
 def fit(traces, pools=None, device=None, device_memory=None, alignment=None,
         persistent_memory=None, skip_bad_lines=False, config=None, driver_costs=None,
-        gpus=None, reserve=None, snapshot_device=None, snapshot_free_on=None, torch_conf=None):
+        gpus=None, reserve=None, snapshot_device=None, snapshot_free_on=None, torch_conf=None,
+        merge_streams=False):
     """`cubemem fit --json`: per (trace, layout) fit_bytes, the unconstrained
     replay on the device_memory device (what replay() reports there) and its
     driver_time_model, then "fits on": smallest_gpu (a name or None),
@@ -193,14 +203,17 @@ def fit(traces, pools=None, device=None, device_memory=None, alignment=None,
     gpus: {"name": bytes or size text, ...}, "NAME=SIZE,..." or a file path
     (default: T4 ... B200 with the memory each reports); reserve: bytes or a
     size text kept back on every GPU (default 500 MiB). device: fit always
-    searches on the simulated device; anything else raises. Raises
-    CubememError on any failure."""
+    searches on the simulated device; anything else raises. merge_streams:
+    search with one set of pools for every stream (default: each stream its
+    own, as replay()). Raises CubememError on any failure."""
     if device not in (None, "sim"):
         raise CubememError(f"fit() searches on the simulated device, not {device!r}")
     args = ["--json", "--no-progress"] + _options(pools, None, device_memory, alignment,
                                                   persistent_memory, skip_bad_lines, config,
                                                   driver_costs)
     args += _snapshot_options(snapshot_device, snapshot_free_on, torch_conf)
+    if merge_streams:
+        args.append("--merge-streams")
     if isinstance(gpus, dict):
         gpus = ",".join(f"{k}={v}" for k, v in gpus.items())
     if gpus is not None:

@@ -95,6 +95,20 @@ else:
     except cubemem.CubememError as e:
         print(f"fit: not in this cubemem yet ({str(e).splitlines()[0][:80]})")
 
+# several streams: each its own pools by default, merged on request
+two = os.path.join(SRC, "tests", "data", "two-streams.csv")
+per = cubemem.replay(two)[0]
+merged = cubemem.replay(two, merge_streams=True)[0]
+check(not per["streams_merged"] and merged["streams_merged"] and
+      [s["peak_reserved_bytes"] for s in per["streams"]] == [merged["peak_reserved_bytes"]] * 2 and
+      per["peak_reserved_bytes"] == 2 * merged["peak_reserved_bytes"],
+      f"replay(merge_streams=): {per['peak_reserved_bytes']} vs {merged['peak_reserved_bytes']}")
+if has_fit:
+    fs = cubemem.fit(two, pools="default")[0]["fit_bytes"]
+    fm = cubemem.fit(two, pools="default", merge_streams=True)[0]["fit_bytes"]
+    check(fm < fs, f"fit(merge_streams=): {fm} < {fs}")
+print(f"streams: {per['peak_reserved_bytes']:,} per stream, {merged['peak_reserved_bytes']:,} merged")
+
 # a snapshot (PyTorch pickle): the tool reads it, so the results name it and
 # carry its fields; html= and svg= write the reports
 snap = os.path.join(SHARED, "traces", "snapshots", "cs336-medium-ctx128-inference.pickle")
@@ -113,6 +127,12 @@ if os.path.exists(snap):
     check(open(html).read().startswith("<!DOCTYPE html>") and "<svg" in open(svg).read(),
           "html= and svg= write the reports")
     print(f"snapshot: {r['allocs']} allocations, peak live {r['peak_live_bytes']:,}")
+    small = os.path.join(SHARED, "traces", "snapshots", "cs336-small-compiled-training.pickle")
+    if os.path.exists(small):
+        st = cubemem.replay(small, pools="pytorch", snapshot_start="state")[0]
+        check(st["snapshot_start"] == "state" and st["start_unplaced"] == 0 and
+              st["reserved_at_end"] == st["torch_reserved_bytes"],
+              f"replay(snapshot_start='state'): {st['reserved_at_end']} vs {st['torch_reserved_bytes']}")
 else:
     print(f"note: {snap} absent; snapshot replay not checked")
 
