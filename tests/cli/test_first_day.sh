@@ -216,7 +216,7 @@ else
   echo "ok # SKIP no libfakecuda.so: the device name of --device cuda is not checked"
 fi
 
-# ---- streams: reported, and said to be merged -----------------------------------------
+# ---- streams: reported, each with its own pools (merged on request) -------------------
 cat >"$TMP/streams.csv" <<'CSV'
 Thread,Time,Action,Pointer,Size,Stream
 1,00:00:00.000001,allocate,0x1000,1048576,0x0
@@ -226,13 +226,15 @@ Thread,Time,Action,Pointer,Size,Stream
 1,00:00:00.000005,free,0x2000,4096,0x0
 CSV
 "$CM" replay --no-config "$TMP/streams.csv" >"$TMP/out" 2>&1
-has "a trace's streams are reported" "$TMP/out" "2 streams, merged into one by this replay"
+has "a trace's streams are reported" "$TMP/out" "2 streams, each replayed with its own pools"
 has "... per stream: allocations and peak live" "$TMP/out" "stream 0x7f01: 2 allocations, peak live 12.29 KB"
 has "... a free counts on its allocation's stream" "$TMP/out" "stream 0x0: 1 allocations, peak live 1.05 MB"
 "$CM" plan --no-config "$TMP/streams.csv" >"$TMP/out" 2>&1
 has "... in plan too" "$TMP/out" "2 streams, merged into one by this replay"
 "$CM" replay --no-config --json "$TMP/streams.csv" >"$TMP/out" 2>&1
-has "... and in the JSON" "$TMP/out" '"streams_merged":true,"streams":[{"stream":0,"allocs":1,"peak_live_bytes":1048576},{"stream":32513,"allocs":2,"peak_live_bytes":12288}]'
+has "... and in the JSON, per stream" "$TMP/out" '"streams_merged":false,"streams":[{"stream":0,"allocs":1,"peak_live_bytes":1048576,"peak_reserved_bytes":'
+"$CM" replay --no-config --json --merge-streams "$TMP/streams.csv" >"$TMP/out" 2>&1
+has "... and merged on request" "$TMP/out" '"streams_merged":true,"streams":[{"stream":0,"allocs":1,"peak_live_bytes":1048576},{"stream":32513,"allocs":2,"peak_live_bytes":12288}]'
 "$CM" replay --no-config "$TMP/t.csv" >"$TMP/out" 2>&1
 hasnt "one stream: no stream lines" "$TMP/out" "streams, merged"
 python3 - "$TMP/streams.pickle" <<'PY'
