@@ -1,7 +1,7 @@
 /*
  * schema.c - strict binding of the `[memory]` table of cubecl.toml (spec
  * §11.2, §11.3, seed-memory.rs) to a cm_config_t, plus the config object's
- * own functions (init/free/copy, setters, formatting, logger construction).
+ * own functions (init/free/copy, setters, formatting).
  *
  * Algorithm. cm_config_load_buffer parses the text with the TOML reader,
  * picks the configuration table (the root, or `[cubecl]` of a burn.toml),
@@ -19,7 +19,8 @@
  *
  * Exports: cm_config_init/free/copy, cm_config_load_buffer, cm_config_set*,
  * cm_config_field_key, cm_config_source_format, cm_config_value_format, the
- * cm_config_*_name functions, cm_config_make_logger and cm_config_lint_buffer.
+ * cm_config_*_name functions, and cm_config_lint_buffer (cm_config_make_logger is in
+ * src/runtime/config_logger.c: config does not call the logger).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -748,23 +749,6 @@ size_t cm_config_value_format(const cm_config_t *cfg, cm_config_field_t field, c
     default: n = snprintf(buf, cap, "?"); break;
   }
   return n < 0 ? 0 : (size_t)n;
-}
-
-/* ---- logger ---------------------------------------------------------------------- */
-
-int cm_config_make_logger(const cm_config_t *cfg, cm_log_fn callback, void *callback_arg,
-                          cm_logger_t **out, cm_diag_t *diag) {
-  if (!cfg || !out) return cm__diag_set(diag, CM_EINVAL, "cm_config_make_logger: NULL argument");
-  cm_logger_config_t lc;
-  cm_logger_config_init(&lc);
-  lc.level = cfg->logger.level;
-  lc.file = cfg->logger.file;
-  lc.append = cfg->logger.append;
-  lc.to_stdout = cfg->logger.to_stdout;
-  lc.to_stderr = cfg->logger.to_stderr;
-  lc.callback = callback;
-  lc.callback_arg = callback_arg;
-  return cm_logger_create(&lc, out, diag);
 }
 
 /* ---- lint: what the loader ignores in silence ------------------------------------ */
