@@ -16,8 +16,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [SHARED_DIR]" >&2; exit 2; }
-old=$1/cubemem
-new=$2/cubemem
+old=$(cd "$1" 2>/dev/null && pwd)/cubemem
+new=$(cd "$2" 2>/dev/null && pwd)/cubemem
 shared=${3:-$here/../shared}
 for b in "$old" "$new"; do
   [ -x "$b" ] || { echo "not an executable: $b" >&2; exit 2; }

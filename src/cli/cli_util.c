@@ -14,57 +14,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/suggest.h"
+#include "base/units.h"
 #include "cli.h"
 
 /* ---- sizes ------------------------------------------------------------------ */
 
 int cli_parse_size(const char *s, uint64_t *out, char *why, size_t cap) {
-  static const struct {
-    const char *u;
-    double m;
-  } units[] = {{"", 1},     {"B", 1},      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
-               {"TiB", 0x1p40}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
-  if (why && cap) why[0] = '\0';
-  if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '.')) {
-    if (why) snprintf(why, cap, "expected a number with an optional unit");
-    return -1;
-  }
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !(v >= 0) || isinf(v)) {
-    if (why) snprintf(why, cap, "expected a number with an optional unit");
-    return -1;
-  }
-  /* strtod reads hex and exponents: the grammar is plain decimals only */
-  for (const char *c = s; c < end; c++)
-    if (!((*c >= '0' && *c <= '9') || *c == '.')) {
-      if (why) snprintf(why, cap, "expected a plain decimal number");
-      return -1;
-    }
-  while (*end == ' ') end++;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].u) != 0) continue;
-    double b = v * units[i].m;
-    if (b >= 18446744073709549568.0) {
-      if (why) snprintf(why, cap, "too large");
-      return -1;
-    }
-    if (b != floor(b)) {
-      if (why) snprintf(why, cap, "not a whole number of bytes");
-      return -1;
-    }
-    *out = (uint64_t)b;
-    return 0;
-  }
-  if (why) {
-    char c = (char)(*end >= 'a' && *end <= 'z' ? *end - 32 : *end);
-    if (strlen(end) == 1 && strchr("KMGT", c))
-      snprintf(why, cap, "unit '%s' is ambiguous: write %ciB (powers of 1024) or %cB (powers of 1000)",
-               end, c, c);
-    else snprintf(why, cap, "unknown unit '%s'", end);
-  }
-  return -1;
+  return cm__size_parse(s, s ? strlen(s) : 0, out, why, cap); /* the library's grammar */
 }
 
 int cli_size_option(const char *cmd, const char *opt, const char *val, bool allow_zero,
@@ -117,26 +74,9 @@ int cli_device_memory_option(const char *cmd, const char *val, uint64_t *out) {
 
 /* ---- suggestions ---------------------------------------------------------------- */
 
-/* Optimal string alignment distance, case-insensitive; large for long words. */
+/* The edit distance of base/suggest.c, case-insensitive; large for long words. */
 static size_t osa(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 62 || m > 62) return 1000;
-  size_t d[64][64];
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int ca = a[i - 1] | 0x20, cb = b[j - 1] | 0x20;
-      size_t cost = ca != cb;
-      size_t v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && ca == (b[j - 2] | 0x20) && (a[i - 2] | 0x20) == cb &&
-          d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1;
-      d[i][j] = v;
-    }
-  return d[n][m];
+  return cm__osa_distance(a, strlen(a), b, strlen(b), true);
 }
 
 const char *cli_suggest(const char *word, const char *const *cands, size_t n) {
@@ -379,14 +319,7 @@ int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
 
 /* ---- formatting ---------------------------------------------------------------------- */
 
-void cli_fmt_iec(uint64_t b, char *buf, size_t cap) {
-  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int e = 0;
-  double v = (double)b;
-  while (e < 5 && v >= 1024) v /= 1024, e++;
-  if (e == 0 || v == floor(v)) snprintf(buf, cap, "%.0f %s", v, u[e]);
-  else snprintf(buf, cap, "%.2f %s", v, u[e]);
-}
+void cli_fmt_iec(uint64_t b, char *buf, size_t cap) { cm__fmt_iec(b, buf, cap); }
 
 /* Length of the well-formed UTF-8 character at s (a lead byte >= 0x80),
  * or 0 when it is not one (stray continuation, overlong, surrogate, beyond

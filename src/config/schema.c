@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "cubemem/config.h"
 #include "cubemem/toml.h"
@@ -189,27 +190,10 @@ static void key_path(text_t *t, const char *prefix, const char *key, size_t key_
 
 static char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
 
-/* Optimal string alignment distance, bounded to short strings (longer input
- * returns a large value: no suggestion for 10 MB keys). */
+/* The edit distance of base/suggest.c, case-sensitive (SIZE_MAX for long input:
+ * no suggestion for 10 MB keys). */
 static size_t osa_distance(const char *a, size_t n, const char *b, size_t m) {
-  enum { MAXL = 64 };
-  if (n > MAXL || m > MAXL) return (size_t)-1;
-  size_t d[MAXL + 1][MAXL + 1];
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      size_t best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  }
-  return d[n][m];
+  return cm__osa_distance(a, n, b, m, false);
 }
 
 /* The candidate closest to s, or NULL when none is close enough: a

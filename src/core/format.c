@@ -1,56 +1,19 @@
 /*
- * format.c - human-readable output (spec §5.11, §9.1, §9.3): BytesFormat, the
- * usage report and the manager display. All functions write with snprintf
- * semantics and return the length needed.
- * Exports: cm_format_bytes, cm_usage_display, cm_manager_display.
+ * format.c - the manager's display (spec §5.11): the pools' own displays
+ * under their headings and the summed usage report, written with snprintf
+ * semantics (returns the length needed). It reads the manager's state and
+ * calls nothing in manager.c (cm_manager_display, which drains the freed
+ * inbox first, calls it), so the two files do not call each other. The byte
+ * formats and the usage report are base/units.c.
+ * Exports: cm__manager_render (manager_internal.h).
  */
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/units.h"
 #include "core/manager_internal.h"
-
-size_t cm_format_bytes(uint64_t b, char *buf, size_t cap) {
-  int n;
-  if (b < 1000) {
-    n = snprintf(buf, cap, "%" PRIu64 " B", b);
-  } else {
-    int e = (int)floor(log((double)b) / log(1000.0));
-    if (e < 1) e = 1;
-    if (e > 8) e = 8;
-    double v = (double)b / pow(1000.0, e);
-    n = snprintf(buf, cap, "%.2f %cB", v, "KMGTPEZY"[e - 1]);
-  }
-  return n > 0 ? (size_t)n : 0;
-}
-
-static void pct(char *b, size_t cap, uint64_t num, uint64_t den) {
-  float v = (float)num / (float)den * 100.0f;
-  if (den == 0 || v != v) snprintf(b, cap, "NaN%%");
-  else snprintf(b, cap, "%.2f%%", (double)v);
-}
-
-size_t cm_usage_display(const cm_usage_t *u, char *buf, size_t cap) {
-  char a[32], b[32], c[32], d[32], e[32], f[32];
-  cm_format_bytes(u->bytes_in_use, a, sizeof a);
-  cm_format_bytes(u->bytes_padding, b, sizeof b);
-  cm_format_bytes(u->bytes_reserved, c, sizeof c);
-  pct(d, sizeof d, u->bytes_in_use, u->bytes_reserved);
-  pct(e, sizeof e, u->bytes_padding, u->bytes_in_use);
-  (void)f;
-  int n = snprintf(buf, cap,
-                   "Memory Usage Report:\n"
-                   "  Number of allocations: %" PRIu64 "\n"
-                   "  Bytes in use: %s\n"
-                   "  Bytes used for padding: %s\n"
-                   "  Total bytes reserved: %s\n"
-                   "  Usage efficiency: %s\n"
-                   "  Padding overhead: %s\n",
-                   u->number_allocs, a, b, c, d, e);
-  return n > 0 ? (size_t)n : 0;
-}
 
 typedef struct sbuf {
   char *buf;
@@ -73,11 +36,10 @@ static void sb_pool(sbuf *s, cm__pool *p) {
   s->len += n;
 }
 
-size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap) {
+size_t cm__manager_render(cm_manager_t *m, char *buf, size_t cap) {
   sbuf s = {buf, cap, 0};
   if (cap) buf[0] = 0;
   if (!m) return 0;
-  cm__manager_drain(m); /* show slices released since the last call as free */
   sb_printf(&s, "\n# MemoryManagement\n\n - name: \"%s\"\n\n## Persistent\n\n", m->name);
   sb_pool(&s, m->persistent);
   sb_printf(&s, "\n## Dynamic\n\n");

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "base/units.h"
 #include "core/layout.h"
 
 #define MIB (1ull << 20)
@@ -206,27 +207,7 @@ int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t pr
 /* ---- command-line syntax ---- */
 
 static int parse_size(const char *s, size_t len, uint64_t *out) {
-  size_t i = 0;
-  uint64_t v = 0;
-  if (len == 0 || !isdigit((unsigned char)s[0])) return -1;
-  while (i < len && isdigit((unsigned char)s[i])) {
-    unsigned d = (unsigned)(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return -1;
-    v = v * 10 + d;
-    i++;
-  }
-  const char *u = s + i;
-  size_t ul = len - i;
-  unsigned shift = 0;
-  if (ul == 0 || (ul == 1 && (u[0] == 'B' || u[0] == 'b'))) shift = 0;
-  else if (ul == 3 && !strncmp(u, "KiB", 3)) shift = 10;
-  else if (ul == 3 && !strncmp(u, "MiB", 3)) shift = 20;
-  else if (ul == 3 && !strncmp(u, "GiB", 3)) shift = 30;
-  else if (ul == 3 && !strncmp(u, "TiB", 3)) shift = 40;
-  else return -1;
-  if (shift && v > (UINT64_MAX >> shift)) return -1;
-  *out = v << shift;
-  return 0;
+  return cm__size_parse(s, len, out, NULL, 0); /* the one size grammar */
 }
 
 static bool key_is(const char *k, size_t kl, const char *name) {
@@ -382,16 +363,7 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
   return cm_pools_resolve(tmp, n, props, out, diag);
 }
 
-static void fmt_size(char *b, size_t cap, uint64_t v) {
-  static const char *u[] = {"TiB", "GiB", "MiB", "KiB"};
-  static const unsigned sh[] = {40, 30, 20, 10};
-  for (int i = 0; i < 4; i++)
-    if (v && v % (1ull << sh[i]) == 0) {
-      snprintf(b, cap, "%" PRIu64 "%s", v >> sh[i], u[i]);
-      return;
-    }
-  snprintf(b, cap, "%" PRIu64, v);
-}
+static void fmt_size(char *b, size_t cap, uint64_t v) { cm__fmt_size_exact(b, cap, v); }
 
 /* Append ",key=value" (or ":key=value" for the first option of a pool). */
 static int fmt_opt(char *tmp, size_t cap, int w, const char *key, const char *val) {
