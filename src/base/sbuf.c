@@ -1,6 +1,6 @@
-/* sbuf.c - the replay layer's growing string buffer (sbuf.h).
+/* sbuf.c - the growing string buffer of every text output (sbuf.h).
  * Exports: cm__sb_printf, cm__sb_xml_text, cm__utf8_char. */
-#include "replay/sbuf.h"
+#include "base/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

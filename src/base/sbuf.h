@@ -1,8 +1,8 @@
-/* sbuf.h - a growing string buffer for the replay layer's text outputs (the
+/* sbuf.h - a growing string buffer for text outputs (the
  * SVG, the CSV of a snapshot): printf appends, a failed growth sets `oom` and
  * makes later appends no-ops, so callers check once at the end. Free `p`. */
-#ifndef CM_REPLAY_SBUF_H
-#define CM_REPLAY_SBUF_H
+#ifndef CM_BASE_SBUF_H
+#define CM_BASE_SBUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

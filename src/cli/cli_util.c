@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/sbuf.h"
 #include "base/suggest.h"
 #include "base/units.h"
 #include "cli.h"
@@ -322,20 +323,10 @@ int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
 void cli_fmt_iec(uint64_t b, char *buf, size_t cap) { cm__fmt_iec(b, buf, cap); }
 
 /* Length of the well-formed UTF-8 character at s (a lead byte >= 0x80),
- * or 0 when it is not one (stray continuation, overlong, surrogate, beyond
- * U+10FFFF, truncated). */
+ * or 0 when it is not one: base/sbuf.c's decoder. */
 static size_t utf8_len(const unsigned char *s) {
-  unsigned c = s[0], min;
-  size_t n;
-  if (c >= 0xc2 && c <= 0xdf) n = 2, min = 0x80, c &= 0x1f;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, min = 0x800, c &= 0x0f;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, min = 0x10000, c &= 0x07;
-  else return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    c = (c << 6) | (s[i] & 0x3f);
-  }
-  return c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff) ? 0 : n;
+  unsigned cp;
+  return cm__utf8_char((const char *)s, &cp);
 }
 
 void cli_json_string(FILE *f, const char *s) {

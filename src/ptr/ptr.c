@@ -48,7 +48,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 
 typedef struct stream_slot {
   void *stream;
