@@ -3,8 +3,8 @@
 #ifndef CM_BASE_IDTABLE_H
 #define CM_BASE_IDTABLE_H
 
+#include <stdint.h>
 #include <stdlib.h>
-#include "cubemem/storage.h"
 
 typedef struct cm__id_entry {
   uint64_t addr; /* first byte (device address or host pointer value) */

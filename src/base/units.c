@@ -1,12 +1,12 @@
 /*
  * units.c - sizes and bytes (units.h): the one size grammar and the byte
- * formats, plus the public BytesFormat and usage report of spec §9.3 / §5.11
- * (cm_format_bytes, cm_usage_display in cubemem/memory.h).
+ * formats, among them the public BytesFormat of spec §9.3 (cm_format_bytes,
+ * cubemem/common.h).
  *
  * Invariants: nothing here allocates, prints or keeps state; a failed parse
  * leaves its output untouched.
  *
- * Exports: cm_format_bytes, cm_usage_display, cm__size_parse,
+ * Exports: cm_format_bytes, cm__size_parse,
  * cm__fmt_size_exact, cm__fmt_iec.
  */
 #include "base/units.h"
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cubemem/memory.h"
+#include "cubemem/common.h"
 
 /* ---- the size grammar ------------------------------------------------------ */
 
@@ -140,30 +140,3 @@ size_t cm_format_bytes(uint64_t b, char *buf, size_t cap) {
   }
   return n > 0 ? (size_t)n : 0;
 }
-
-static void pct(char *b, size_t cap, uint64_t num, uint64_t den) {
-  float v = (float)num / (float)den * 100.0f;
-  if (den == 0 || v != v) snprintf(b, cap, "NaN%%");
-  else snprintf(b, cap, "%.2f%%", (double)v);
-}
-
-size_t cm_usage_display(const cm_usage_t *u, char *buf, size_t cap) {
-  char a[32], b[32], c[32], d[32], e[32], f[32];
-  cm_format_bytes(u->bytes_in_use, a, sizeof a);
-  cm_format_bytes(u->bytes_padding, b, sizeof b);
-  cm_format_bytes(u->bytes_reserved, c, sizeof c);
-  pct(d, sizeof d, u->bytes_in_use, u->bytes_reserved);
-  pct(e, sizeof e, u->bytes_padding, u->bytes_in_use);
-  (void)f;
-  int n = snprintf(buf, cap,
-                   "Memory Usage Report:\n"
-                   "  Number of allocations: %" PRIu64 "\n"
-                   "  Bytes in use: %s\n"
-                   "  Bytes used for padding: %s\n"
-                   "  Total bytes reserved: %s\n"
-                   "  Usage efficiency: %s\n"
-                   "  Padding overhead: %s\n",
-                   u->number_allocs, a, b, c, d, e);
-  return n > 0 ? (size_t)n : 0;
-}
-

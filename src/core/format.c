@@ -1,11 +1,13 @@
 /*
  * format.c - the manager's display (spec §5.11): the pools' own displays
- * under their headings and the summed usage report, written with snprintf
+ * under their headings and the summed usage report (cm_usage_display, which
+ * the pools' displays use too), written with snprintf
  * semantics (returns the length needed). It reads the manager's state and
  * calls nothing in manager.c (cm_manager_display, which drains the freed
  * inbox first, calls it), so the two files do not call each other. The byte
- * formats and the usage report are base/units.c.
- * Exports: cm__manager_render (manager_internal.h).
+ * formats are base/units.c.
+ * Exports: cm_usage_display (the usage report), cm__manager_render
+ * (manager_internal.h).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -14,6 +16,32 @@
 
 #include "base/units.h"
 #include "core/manager_internal.h"
+
+static void pct(char *b, size_t cap, uint64_t num, uint64_t den) {
+  float v = (float)num / (float)den * 100.0f;
+  if (den == 0 || v != v) snprintf(b, cap, "NaN%%");
+  else snprintf(b, cap, "%.2f%%", (double)v);
+}
+
+size_t cm_usage_display(const cm_usage_t *u, char *buf, size_t cap) {
+  char a[32], b[32], c[32], d[32], e[32], f[32];
+  cm_format_bytes(u->bytes_in_use, a, sizeof a);
+  cm_format_bytes(u->bytes_padding, b, sizeof b);
+  cm_format_bytes(u->bytes_reserved, c, sizeof c);
+  pct(d, sizeof d, u->bytes_in_use, u->bytes_reserved);
+  pct(e, sizeof e, u->bytes_padding, u->bytes_in_use);
+  (void)f;
+  int n = snprintf(buf, cap,
+                   "Memory Usage Report:\n"
+                   "  Number of allocations: %" PRIu64 "\n"
+                   "  Bytes in use: %s\n"
+                   "  Bytes used for padding: %s\n"
+                   "  Total bytes reserved: %s\n"
+                   "  Usage efficiency: %s\n"
+                   "  Padding overhead: %s\n",
+                   u->number_allocs, a, b, c, d, e);
+  return n > 0 ? (size_t)n : 0;
+}
 
 typedef struct sbuf {
   char *buf;
