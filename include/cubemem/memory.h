@@ -218,8 +218,11 @@ CM_API CM_NODISCARD int cm_pools_resolve(const cm_pool_options_t *in, size_t n,
  * "sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct"
  * or a preset name ("default", "subslices", "exclusive-pages", "adaptive"); the
  * adaptive kind is written "adaptive:page=2MiB,max=20GiB" (first and largest
- * page size, both optional). Sizes accept
- * B/KiB/MiB/GiB/TiB suffixes. The result is resolved against props. Writes up to
+ * page size, both optional). Sizes follow the command line's grammar: a
+ * plain decimal number, optional spaces and an optional case-insensitive
+ * unit, B, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB (powers of 1000);
+ * a fraction must give whole bytes ("1.5GiB"); a bare K/M/G/T is refused as
+ * ambiguous. The result is resolved against props. Writes up to
  * cap pools. Errors: CM_ECONFIG/CM_EPARSE with a message naming the bad part. */
 CM_API CM_NODISCARD int cm_pools_parse(const char *text, cm_device_props_t props,
                                        cm_pool_options_t *out, size_t cap, size_t *out_count,
