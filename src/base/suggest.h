@@ -15,4 +15,11 @@
 enum { CM__SUGGEST_MAX = 64 };
 size_t cm__osa_distance(const char *a, size_t n, const char *b, size_t m, bool fold_case);
 
+/* The candidate closest to word (case-insensitive distance; a prefix of at
+ * least 3 letters of a longer candidate counts as distance 1), if close
+ * enough for its length (1 edit up to 4 letters, 2 up to 8, else 3); else
+ * NULL (also for an empty word). The commands, options, layouts and pool
+ * keys of the command line and of cm_pools_parse use this rule. */
+const char *cm__suggest(const char *word, const char *const *cands, size_t n);
+
 #endif

@@ -18,6 +18,9 @@
  * (snprintf into why[cap]; why may be NULL) and *out untouched. */
 int cm__size_parse(const char *s, size_t len, uint64_t *out, char *why, size_t cap);
 
+/* Examples of the grammar, for messages. */
+#define CM__SIZE_EXAMPLES "e.g. 80GiB, 1.5GiB, 512MB, 1048576"
+
 /* The exact size in the largest binary unit that divides it: "8MiB",
  * "3KiB", "1000" (no unit: bytes), "0". snprintf semantics. */
 void cm__fmt_size_exact(char *buf, size_t cap, uint64_t v);
