@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/units.h"
 #include "core/manager_internal.h"
 
@@ -52,10 +53,8 @@ static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(print
 static void sb_printf(sbuf *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(s->len < s->cap ? s->buf + s->len : NULL, s->len < s->cap ? s->cap - s->len : 0,
-                    fmt, ap);
+  s->len = cm__vbprintf(s->buf, s->cap, s->len, fmt, ap); /* base/sbuf.c */
   va_end(ap);
-  if (n > 0) s->len += (size_t)n;
 }
 
 static void sb_pool(sbuf *s, cm__pool *p) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "base/sbuf.h"
 #include "base/suggest.h"
 #include "base/units.h"
 #include "core/layout.h"
@@ -510,9 +511,7 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
       snprintf(v, sizeof v, "%" PRIu64, o->dealloc_period);
       w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PERIOD], v);
     }
-    int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s",
-                     i ? ";" : "", tmp);
-    if (k > 0) len += (size_t)k;
+    len = cm__bprintf(buf, cap, len, "%s%s", i ? ";" : "", tmp);
   }
   if (n == 0 && cap) buf[0] = 0;
   return len;
