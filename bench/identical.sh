@@ -9,8 +9,10 @@
 #   cubemem replay --json --no-config TRACE
 #   cubemem fit --json --no-config TRACE
 #   cubemem plan --no-config TRACE
+#   cubemem replay --svg F --html F --no-config TRACE   (the two files)
 # and compares the outputs byte for byte (standard output and exit status;
-# the replay's wall-clock fields, which differ from run to run, are masked).
+# the replay's wall-clock fields, which differ from run to run, are masked:
+# time_ns, ns_per_op and the text reports' ns/op).
 # Prints one line per command and trace (same | DIFFERENT) and a closing count;
 # exit 0 when every output is identical, 1 otherwise, 77 without traces.
 set -uo pipefail
@@ -28,9 +30,10 @@ traces=("$shared"/traces/*/*.csv "$shared"/traces/snapshots/*.pickle)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# mask FILE: blank the timings (wall-clock, not a figure) in place
+# mask FILE: blank the wall-clock timings (not figures) in place: the JSON
+# keys time_ns, ns_per_op and elapsed_ns, and the text reports' "ns/op"
 mask() {
-  sed -E -i 's/("[a-z_]*(ns|_ms|seconds|time_s|per_op)[a-z_]*": *)[0-9.e+-]+/\1T/g;
+  sed -E -i 's/"(time_ns|ns_per_op|elapsed_ns|median_time_ns|wall_ns)": *[0-9.e+-]+/"\1":T/g;
              s/[0-9.]+ (ns|us|ms|s)\/op/T/g' "$1"
 }
 
@@ -41,6 +44,16 @@ run() {
   mask "$out"
 }
 
+# compare CMD NAME OLD NEW: count and print one line
+compare() {
+  if cmp -s "$3" "$4"; then
+    same=$((same + 1)); printf 'same       %-14s %s\n' "$1" "$2"
+  else
+    diff=$((diff + 1)); printf 'DIFFERENT  %-14s %s\n' "$1" "$2"
+    diff "$3" "$4" 2>&1 | head -5
+  fi
+}
+
 same=0 diff=0
 for t in "${traces[@]}"; do
   name=${t#"$shared"/traces/}
@@ -49,12 +62,16 @@ for t in "${traces[@]}"; do
     run "$old" "$tmp/old" $cmd --no-config "$t"
     # shellcheck disable=SC2086
     run "$new" "$tmp/new" $cmd --no-config "$t"
-    if cmp -s "$tmp/old" "$tmp/new"; then
-      same=$((same + 1)); printf 'same       %-14s %s\n' "$cmd" "$name"
-    else
-      diff=$((diff + 1)); printf 'DIFFERENT  %-14s %s\n' "$cmd" "$name"
-      diff "$tmp/old" "$tmp/new" | head -5
-    fi
+    compare "$cmd" "$name" "$tmp/old" "$tmp/new"
+  done
+  # the pictures: the SVG timeline and the HTML report (its embedded JSON masked)
+  run "$old" "$tmp/old" replay --svg "$tmp/old.svg" --html "$tmp/old.html" --no-config "$t"
+  run "$new" "$tmp/new" replay --svg "$tmp/new.svg" --html "$tmp/new.html" --no-config "$t"
+  for f in svg html; do
+    [ -f "$tmp/old.$f" ] && mask "$tmp/old.$f"
+    [ -f "$tmp/new.$f" ] && mask "$tmp/new.$f"
+    compare "replay --$f" "$name" "$tmp/old.$f" "$tmp/new.$f"
+    rm -f "$tmp/old.$f" "$tmp/new.$f"
   done
 done
 echo "$same identical, $diff different"
