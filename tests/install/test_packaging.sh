@@ -6,7 +6,7 @@
 #     (and cubemem::cubemem_static) configures, builds and runs, and neither
 #     tests nor fuzz drivers are built (CM_BUILD_TESTS is OFF by default below
 #     the top level, and when given explicitly);
-#  2. `cmake --install` puts the manual page cubemem(1), the bash completion
+#  2. `cmake --install` puts the manual page cubemem(1), the bash completion,
 #     the snapshot converter and the tools library (libcubemem-tools.a,
 #     cubemem/tools.h, cubemem-tools.pc) in place;
 #  3. the manual page documents every option `--help` lists, and the
