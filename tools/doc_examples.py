@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-HEADERS = ["cubemem/cubemem.h", "cubemem/config.h", "cubemem/toml.h", "cubemem/replay.h",
+HEADERS = ["cubemem/cubemem.h", "cubemem/tools.h", "cubemem/config.h", "cubemem/toml.h", "cubemem/replay.h",
            "cubemem/cuda.h", "cubemem/ptr.h", "cubemem/device.h", "cubemem/dropqueue.h",
            "stdbool.h", "stdint.h", "stdio.h", "stdlib.h", "string.h", "sys/types.h"]
 

@@ -86,6 +86,35 @@ CM_API void cm_diag_clear(cm_diag_t *diag);
  * a header/library mismatch. Thread-safe. */
 CM_API int cm_version(void);
 
+/* ---- vocabulary shared by the layers -------------------------------------- */
+
+/* How the persistent pool is used (`memory.persistent_memory`; the manager
+ * and the configuration both name it). */
+typedef enum cm_persistent_memory {
+  CM_PERSISTENT_ENABLED = 0,    /* default: windows honoured */
+  CM_PERSISTENT_SIZE_MATCH = 1, /* also route size-matching auto allocations */
+  CM_PERSISTENT_DISABLED = 2,   /* mode() ignored, dynamic only */
+  CM_PERSISTENT_ENFORCED = 3,   /* everything persistent */
+} cm_persistent_memory_t;
+
+/* `memory.cuda.allocator` ([NEW] in the seed schema; the configuration and
+ * the CUDA storage both name it). */
+typedef enum cm_cuda_allocator {
+  CM_CUDA_SYNC = 0,  /* "sync" (default): cuMemAlloc / cuMemFree */
+  CM_CUDA_ASYNC = 1, /* "async": stream-ordered allocator */
+} cm_cuda_allocator_t;
+
+/* The debug level (0-3; described in cubemem/memory.h, "misuse"): starts as
+ * the environment variable CM_DEBUG (read once, on first use);
+ * cm_debug_set_level overrides it. Thread-safe; cannot fail. */
+CM_API int cm_debug_level(void);
+CM_API void cm_debug_set_level(int level);
+
+/* BytesFormat (spec §9.3): "999 B", "1.02 KB", "6.44 GB", written with
+ * snprintf semantics into buf[cap] (buf may be NULL when cap is 0); returns
+ * the length needed. Thread-safe; cannot fail. */
+CM_API size_t cm_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,17 +26,13 @@
 
 #include "cubemem/common.h"
 #include "cubemem/log.h"
-#include "cubemem/memory.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* `memory.cuda.allocator` ([NEW] in the seed schema). */
-typedef enum cm_cuda_allocator {
-  CM_CUDA_SYNC = 0,  /* "sync" (default): cuMemAlloc / cuMemFree */
-  CM_CUDA_ASYNC = 1, /* "async": stream-ordered allocator */
-} cm_cuda_allocator_t;
+/* cm_cuda_allocator_t (`memory.cuda.allocator`) and cm_persistent_memory_t
+ * are declared in cubemem/common.h. */
 
 /* `memory.logger.log`: forwarding to the host's log facility. In C this is
  * the logger's callback sink, supplied through cm_config_make_logger(). */

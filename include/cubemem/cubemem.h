@@ -1,4 +1,6 @@
-/* cubemem/cubemem.h - umbrella header: include this to get the whole API. */
+/* cubemem/cubemem.h - umbrella header: include this to get the whole allocator API
+ * (libcubemem). The tools built on it (traces, replay, fit, reports) have
+ * their own library and umbrella header, cubemem/tools.h. */
 #ifndef CUBEMEM_CUBEMEM_H
 #define CUBEMEM_CUBEMEM_H
 #include "cubemem/common.h"
@@ -9,10 +11,8 @@
 #include "cubemem/toml.h"
 #include "cubemem/device.h"
 #include "cubemem/dropqueue.h"
-#include "cubemem/replay.h"
 #include "cubemem/cuda.h"
 #include "cubemem/vulkan.h"
 #include "cubemem/ptr.h"
 #include "cubemem/faulty.h"
-#include "cubemem/torchalloc.h"
 #endif

@@ -40,8 +40,6 @@
 #define CUBEMEM_CUDA_H
 
 #include "cubemem/common.h"
-#include "cubemem/memory.h"
-#include "cubemem/config.h"
 #include "cubemem/storage.h"
 
 #ifdef __cplusplus
@@ -50,7 +48,7 @@ extern "C" {
 
 typedef struct cm_cuda_device cm_cuda_device_t;
 
-/* cm_cuda_allocator_t (CM_CUDA_SYNC, CM_CUDA_ASYNC) comes from cubemem/config.h. */
+/* cm_cuda_allocator_t (CM_CUDA_SYNC, CM_CUDA_ASYNC) comes from cubemem/common.h. */
 
 /* Open device `ordinal`: load the driver (CM_CUDA_LIBRARY or libcuda.so.1),
  * cuInit(0), and retain the device's primary context. *out receives a device

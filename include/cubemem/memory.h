@@ -97,17 +97,15 @@ CM_API uint64_t cm_binding_id(cm_binding_t b);
  * starts as the environment variable CM_DEBUG (read once, on first use), and
  * cm_debug_set_level overrides it.
  * All three functions are thread-safe. */
-CM_API int cm_debug_level(void);
-CM_API void cm_debug_set_level(int level);
+/* cm_debug_level and cm_debug_set_level are declared in cubemem/common.h
+ * (the level lives in base, below every layer that reads it). */
 /* Double releases detected so far in the process. */
 CM_API uint64_t cm_debug_double_releases(void);
 
 /* ---- device properties and pool layouts ------------------------------------ */
 
-typedef struct cm_device_props {
-  uint64_t max_page_size; /* sizing heuristic for presets (CUDA: total memory / 4) */
-  uint64_t alignment;     /* pool alignment (CUDA: 512) */
-} cm_device_props_t;
+/* cm_device_props_t (what a device reports: max page size, alignment) is
+ * declared in cubemem/storage.h, where the backends produce it. */
 
 typedef enum cm_pool_kind {
   CM_POOL_SLICED = 0,    /* pages carved into slices, coalesced */
@@ -220,8 +218,11 @@ CM_API CM_NODISCARD int cm_pools_resolve(const cm_pool_options_t *in, size_t n,
  * "sliced:page=8MiB,max-slice=2MiB;exclusive:max=128MiB,period=5000;direct"
  * or a preset name ("default", "subslices", "exclusive-pages", "adaptive"); the
  * adaptive kind is written "adaptive:page=2MiB,max=20GiB" (first and largest
- * page size, both optional). Sizes accept
- * B/KiB/MiB/GiB/TiB suffixes. The result is resolved against props. Writes up to
+ * page size, both optional). Sizes follow the command line's grammar: a
+ * plain decimal number, optional spaces and an optional case-insensitive
+ * unit, B, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB (powers of 1000);
+ * a fraction must give whole bytes ("1.5GiB"); a bare K/M/G/T is refused as
+ * ambiguous. The result is resolved against props. Writes up to
  * cap pools. Errors: CM_ECONFIG/CM_EPARSE with a message naming the bad part. */
 CM_API CM_NODISCARD int cm_pools_parse(const char *text, cm_device_props_t props,
                                        cm_pool_options_t *out, size_t cap, size_t *out_count,
@@ -240,12 +241,8 @@ CM_API const char *const *cm_pools_keys(size_t *count, const char *const **field
 
 /* ---- the manager ------------------------------------------------------------ */
 
-typedef enum cm_persistent_memory {
-  CM_PERSISTENT_ENABLED = 0,    /* default: windows honoured */
-  CM_PERSISTENT_SIZE_MATCH = 1, /* also route size-matching auto allocations */
-  CM_PERSISTENT_DISABLED = 2,   /* mode() ignored, dynamic only */
-  CM_PERSISTENT_ENFORCED = 3,   /* everything persistent */
-} cm_persistent_memory_t;
+/* cm_persistent_memory_t (ENABLED, SIZE_MATCH, DISABLED, ENFORCED) is declared
+ * in cubemem/common.h: the configuration names it too. */
 
 /* Allocation modes. AUTO: the dynamic pools (and the persistent pool where
  * the size-match rule says so). PERSISTENT: the persistent pool (weights).
@@ -455,8 +452,7 @@ CM_API uint64_t cm_manager_warnings(const cm_manager_t *m);
  * length needed). */
 CM_API size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap);
 CM_API size_t cm_usage_display(const cm_usage_t *u, char *buf, size_t cap);
-/* BytesFormat (spec §9.3): "999 B", "1.02 KB", "6.44 GB". */
-CM_API size_t cm_format_bytes(uint64_t bytes, char *buf, size_t cap);
+/* cm_format_bytes (BytesFormat, spec §9.3) is declared in cubemem/common.h. */
 
 /* Walk every pool and count violated invariants (pages tile exactly, counters
  * equal recomputed totals, free lists consistent). 0 means healthy. Messages

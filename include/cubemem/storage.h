@@ -22,6 +22,12 @@
 extern "C" {
 #endif
 
+/* What a device reports about itself; the presets size pools from it. */
+typedef struct cm_device_props {
+  uint64_t max_page_size; /* sizing heuristic for presets (CUDA: total memory / 4) */
+  uint64_t alignment;     /* pool alignment (CUDA: 512) */
+} cm_device_props_t;
+
 /* A resolved resource: where the bytes of (id, offset, size) live. For device
  * storages `addr` is the device address and `host` is NULL; for host storage
  * both describe the same bytes. */

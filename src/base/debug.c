@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "base/debug.h"
-#include "cubemem/memory.h"
+#include "cubemem/common.h"
 
 static _Atomic int g_debug_level = -1; /* -1: CM_DEBUG not read yet */
 

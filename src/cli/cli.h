@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/units.h"
 #include "cubemem/config.h"
 #include "cubemem/costs.h"
 #include "cubemem/cubemem.h"
@@ -34,7 +35,7 @@ int cm_cli_fit(int argc, char **argv);          /* cmd_fit.c */
   "SIZE is a number with an optional unit: B; KiB, MiB, GiB, TiB (powers of 1024);\n" \
   "KB, MB, GB, TB (powers of 1000); case-insensitive, a space is allowed, fractions\n" \
   "must give whole bytes (1.5GiB). A bare K/M/G/T is refused as ambiguous.\n"
-#define CLI_SIZE_EXAMPLES "e.g. 80GiB, 1.5GiB, 512MB, 1048576"
+#define CLI_SIZE_EXAMPLES CM__SIZE_EXAMPLES /* base/units.h */
 
 /* Parse SIZE into *out. Returns 0, or -1 with the reason in why (may be NULL). */
 int cli_parse_size(const char *s, uint64_t *out, char *why, size_t cap);
@@ -58,15 +59,12 @@ int cli_unknown_option(const char *cmd, const char *arg, const char *const *opti
 
 /* ---- --pools -------------------------------------------------------------------------- */
 
-/* Check a --pools text and rewrite its sizes in the CLI grammar to plain
- * bytes for cm_pools_parse. Returns 0 with *out (malloc'd; caller frees), 1
- * with a message in err (kind/key/preset suggestions, the option names users
- * type), -1 when out of memory. */
-int cli_layout_check(const char *text, char **out, char *err, size_t cap);
 /* Rewrite internal field names in a cm_pools_* message (`max_pool_size`) to
  * the option names of --pools (cap=). In place. */
 void cli_pool_message(char *msg, size_t cap);
-/* cli_layout_check + cm_pools_parse; prints "cubemem CMD: --pools 'TEXT': why". */
+/* cm_pools_parse (the one parser of the layout language, with its
+ * suggestions and size grammar); on failure prints "cubemem CMD: --pools
+ * 'TEXT': why" and returns 2 (1 when out of memory); 0 on success. */
 int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
                      cm_pool_options_t *pools, size_t cap, size_t *count);
 

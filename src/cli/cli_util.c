@@ -14,57 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/sbuf.h"
+#include "base/suggest.h"
+#include "base/units.h"
 #include "cli.h"
 
 /* ---- sizes ------------------------------------------------------------------ */
 
 int cli_parse_size(const char *s, uint64_t *out, char *why, size_t cap) {
-  static const struct {
-    const char *u;
-    double m;
-  } units[] = {{"", 1},     {"B", 1},      {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
-               {"TiB", 0x1p40}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
-  if (why && cap) why[0] = '\0';
-  if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '.')) {
-    if (why) snprintf(why, cap, "expected a number with an optional unit");
-    return -1;
-  }
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !(v >= 0) || isinf(v)) {
-    if (why) snprintf(why, cap, "expected a number with an optional unit");
-    return -1;
-  }
-  /* strtod reads hex and exponents: the grammar is plain decimals only */
-  for (const char *c = s; c < end; c++)
-    if (!((*c >= '0' && *c <= '9') || *c == '.')) {
-      if (why) snprintf(why, cap, "expected a plain decimal number");
-      return -1;
-    }
-  while (*end == ' ') end++;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].u) != 0) continue;
-    double b = v * units[i].m;
-    if (b >= 18446744073709549568.0) {
-      if (why) snprintf(why, cap, "too large");
-      return -1;
-    }
-    if (b != floor(b)) {
-      if (why) snprintf(why, cap, "not a whole number of bytes");
-      return -1;
-    }
-    *out = (uint64_t)b;
-    return 0;
-  }
-  if (why) {
-    char c = (char)(*end >= 'a' && *end <= 'z' ? *end - 32 : *end);
-    if (strlen(end) == 1 && strchr("KMGT", c))
-      snprintf(why, cap, "unit '%s' is ambiguous: write %ciB (powers of 1024) or %cB (powers of 1000)",
-               end, c, c);
-    else snprintf(why, cap, "unknown unit '%s'", end);
-  }
-  return -1;
+  return cm__size_parse(s, s ? strlen(s) : 0, out, why, cap); /* the library's grammar */
 }
 
 int cli_size_option(const char *cmd, const char *opt, const char *val, bool allow_zero,
@@ -117,41 +75,8 @@ int cli_device_memory_option(const char *cmd, const char *val, uint64_t *out) {
 
 /* ---- suggestions ---------------------------------------------------------------- */
 
-/* Optimal string alignment distance, case-insensitive; large for long words. */
-static size_t osa(const char *a, const char *b) {
-  size_t n = strlen(a), m = strlen(b);
-  if (n > 62 || m > 62) return 1000;
-  size_t d[64][64];
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int ca = a[i - 1] | 0x20, cb = b[j - 1] | 0x20;
-      size_t cost = ca != cb;
-      size_t v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && ca == (b[j - 2] | 0x20) && (a[i - 2] | 0x20) == cb &&
-          d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1;
-      d[i][j] = v;
-    }
-  return d[n][m];
-}
-
 const char *cli_suggest(const char *word, const char *const *cands, size_t n) {
-  if (!word || !*word) return NULL;
-  const char *best = NULL;
-  size_t best_d = (size_t)-1, wl = strlen(word);
-  for (size_t i = 0; i < n; i++) {
-    size_t cl = strlen(cands[i]);
-    size_t d = osa(word, cands[i]);
-    /* a prefix of a candidate ("--pool" for "--pools") counts as close */
-    if (wl >= 3 && wl < cl && !strncasecmp(word, cands[i], wl) && d > 1) d = 1;
-    if (d < best_d) best_d = d, best = cands[i];
-  }
-  size_t limit = wl <= 4 ? 1 : wl <= 8 ? 2 : 3;
-  return best_d <= limit ? best : NULL;
+  return cm__suggest(word, cands, n); /* base/suggest.c: one rule everywhere */
 }
 
 int cli_unknown_option(const char *cmd, const char *arg, const char *const *options, size_t n) {
@@ -170,168 +95,8 @@ int cli_unknown_option(const char *cmd, const char *arg, const char *const *opti
 
 /* ---- --pools ---------------------------------------------------------------------- */
 
-static const char *const k_presets[] = {"default", "subslices", "exclusive-pages", "adaptive"};
-static const char *const k_kinds[] = {"sliced", "exclusive", "direct", "arena", "adaptive"};
-/* The option keys and their field-name synonyms are the library's
- * (cm_pools_keys): the checker below knows no list of its own. */
-
-/* "page, max-slice, ... or object", each key followed by `suffix`, into buf. */
-static void key_list(char *buf, size_t cap, const char *suffix) {
-  size_t nk, w = 0;
-  const char *const *keys = cm_pools_keys(&nk, NULL);
-  buf[0] = '\0';
-  for (size_t k = 0; k < nk && w < cap; k++)
-    w += (size_t)snprintf(buf + w, cap - w, "%s%s%s", k == 0 ? "" : k + 1 == nk ? " or " : ", ",
-                          keys[k], suffix);
-}
-
-/* The key (as users write it) that `key` names, itself or through its field
- * name (max_pool_size -> cap), or NULL. */
-static const char *key_named(const char *key) {
-  size_t nk;
-  const char *const *fields;
-  const char *const *keys = cm_pools_keys(&nk, &fields);
-  const char *user = NULL;
-  for (size_t k = 0; k < nk; k++) {
-    if (!strcmp(key, keys[k])) user = keys[k];
-    if (!strcmp(key, fields[k])) user = keys[k];
-  }
-  return user;
-}
-
-static bool is_one_of(const char *w, size_t len, const char *const *set, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (strlen(set[i]) == len && !strncmp(w, set[i], len)) return true;
-  return false;
-}
-
-static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-  if (!*buf) return;
-  if (*len + n + 1 > *cap) {
-    size_t nc = (*len + n + 1) * 2;
-    char *nb = realloc(*buf, nc);
-    if (!nb) {
-      free(*buf);
-      *buf = NULL;
-      return;
-    }
-    *buf = nb;
-    *cap = nc;
-  }
-  memcpy(*buf + *len, s, n);
-  *len += n;
-  (*buf)[*len] = '\0';
-}
-
-int cli_layout_check(const char *text, char **out, char *err, size_t cap) {
-  *out = NULL;
-  err[0] = '\0';
-  if (!strcmp(text, "sub-slices") || !strcmp(text, "exclusive") ||
-      is_one_of(text, strlen(text), k_presets, 4)) {
-    *out = strdup(text);
-    return *out ? 0 : -1;
-  }
-  size_t bcap = strlen(text) * 2 + 64, blen = 0;
-  char *buf = malloc(bcap);
-  if (!buf) return -1;
-  buf[0] = '\0';
-  bool single = !strchr(text, ';') && !strchr(text, ':');
-  const char *p = text;
-  size_t idx = 0;
-  while (*p || idx == 0) {
-    idx++;
-    const char *end = strchr(p, ';');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    const char *colon = memchr(p, ':', len);
-    size_t kl = colon ? (size_t)(colon - p) : len;
-    char kind[64];
-    snprintf(kind, sizeof kind, "%.*s", (int)(kl < 63 ? kl : 63), p);
-    if (!is_one_of(p, kl, k_kinds, 5)) {
-      const char *all[8] = {k_presets[0], k_presets[1], k_presets[2], k_presets[3],
-                            k_kinds[0],   k_kinds[1],   k_kinds[2],  k_kinds[3]};
-      const char *s = cli_suggest(kind, all, 8);
-      char hint[96] = "";
-      if (s) snprintf(hint, sizeof hint, "did you mean '%s'? ", s);
-      if (single)
-        snprintf(err, cap, "unknown layout '%s'; %sexpected a preset (default, subslices, "
-                 "exclusive-pages, adaptive) or a pool list of sliced, exclusive, direct, arena "
-                 "and adaptive pools, e.g. 'sliced:page=8MiB;direct'", kind, hint);
-      else
-        snprintf(err, cap, "pool %zu: unknown kind '%s'; %sexpected sliced, exclusive, direct, "
-                 "arena or adaptive (presets default, subslices, exclusive-pages and adaptive "
-                 "stand alone)",
-                 idx, kind, hint);
-      free(buf);
-      return 1;
-    }
-    if (idx > 1) append(&buf, &blen, &bcap, ";", 1);
-    append(&buf, &blen, &bcap, p, kl);
-    const char *q = colon ? colon + 1 : p + len, *qend = p + len;
-    bool first = true;
-    while (q < qend) {
-      const char *comma = memchr(q, ',', (size_t)(qend - q));
-      const char *iend = comma ? comma : qend;
-      const char *eq = memchr(q, '=', (size_t)(iend - q));
-      if (!eq) {
-        char keys[160];
-        key_list(keys, sizeof keys, "");
-        snprintf(err, cap, "pool %zu (%s): expected key=value, got '%.*s' (keys: %s)", idx, kind,
-                 (int)(iend - q), q, keys);
-        free(buf);
-        return 1;
-      }
-      char key[64], val[96];
-      snprintf(key, sizeof key, "%.*s", (int)((size_t)(eq - q) < 63 ? (size_t)(eq - q) : 63), q);
-      snprintf(val, sizeof val, "%.*s", (int)((size_t)(iend - eq - 1) < 95 ? (size_t)(iend - eq - 1) : 95), eq + 1);
-      const char *user = key_named(key);
-      if (!user) {
-        size_t nk;
-        const char *const *keys = cm_pools_keys(&nk, NULL);
-        const char *s = cli_suggest(key, keys, nk);
-        char hint[64] = "", list[200];
-        if (s) snprintf(hint, sizeof hint, "did you mean '%s='? ", s);
-        key_list(list, sizeof list, "=");
-        snprintf(err, cap, "pool %zu (%s): unknown option '%s='; %sexpected %s", idx, kind, key,
-                 hint, list);
-        free(buf);
-        return 1;
-      }
-      uint64_t v;
-      char why[160];
-      if (!strcmp(user, "object") && !strcmp(val, "auto")) {
-        v = CM_OBJECT_AUTO;
-      } else if (!strcmp(user, "period")) {
-        char *e;
-        errno = 0;
-        unsigned long long r = strtoull(val, &e, 10);
-        if (!val[0] || *e || errno || val[0] == '-') {
-          snprintf(err, cap, "pool %zu (%s): bad period=%s: expected a whole number of "
-                   "reservations", idx, kind, val);
-          free(buf);
-          return 1;
-        }
-        v = r;
-      } else if (cli_parse_size(val, &v, why, sizeof why)) {
-        snprintf(err, cap, "pool %zu (%s): bad %s=%s: %s (%s)", idx, kind, user, val, why,
-                 CLI_SIZE_EXAMPLES);
-        free(buf);
-        return 1;
-      }
-      char item[96];
-      int w = v == CM_OBJECT_AUTO && !strcmp(user, "object")
-                  ? snprintf(item, sizeof item, "%sobject=auto", first ? ":" : ",")
-                  : snprintf(item, sizeof item, "%s%s=%" PRIu64, first ? ":" : ",", user, v);
-      append(&buf, &blen, &bcap, item, (size_t)w);
-      first = false;
-      q = comma ? comma + 1 : qend;
-    }
-    if (!end) break;
-    p = end + 1;
-  }
-  if (!buf) return -1;
-  *out = buf;
-  return 0;
-}
+/* The layout language (presets, kinds, keys, sizes) is the library's: the
+ * command line hands --pools to cm_pools_parse and prints its message. */
 
 void cli_pool_message(char *msg, size_t cap) {
   size_t nk;
@@ -353,56 +118,29 @@ void cli_pool_message(char *msg, size_t cap) {
 
 int cli_parse_layout(const char *cmd, const char *text, cm_device_props_t props,
                      cm_pool_options_t *pools, size_t cap, size_t *count) {
-  char err[512];
-  char *norm = NULL;
-  int rc = cli_layout_check(text, &norm, err, sizeof err);
-  if (rc < 0) {
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  int rc = cm_pools_parse(text, props, pools, cap, count, &d);
+  if (rc == CM_OK) return 0;
+  if (rc == CM_ENOMEM) {
     fprintf(stderr, "cubemem %s: out of memory\n", cmd);
     return 1;
   }
-  if (rc > 0) {
-    fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text, err);
-    return 2;
-  }
-  cm_diag_t d;
-  cm_diag_clear(&d);
-  if (cm_pools_parse(norm, props, pools, cap, count, &d) != CM_OK) {
-    cli_pool_message(d.message, sizeof d.message);
-    fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text,
-            d.message[0] ? d.message : cm_strerror(d.code));
-    free(norm);
-    return 2;
-  }
-  free(norm);
-  return 0;
+  cli_pool_message(d.message, sizeof d.message);
+  fprintf(stderr, "cubemem %s: --pools '%s': %s\n", cmd, text,
+          d.message[0] ? d.message : cm_strerror(d.code));
+  return 2;
 }
 
 /* ---- formatting ---------------------------------------------------------------------- */
 
-void cli_fmt_iec(uint64_t b, char *buf, size_t cap) {
-  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int e = 0;
-  double v = (double)b;
-  while (e < 5 && v >= 1024) v /= 1024, e++;
-  if (e == 0 || v == floor(v)) snprintf(buf, cap, "%.0f %s", v, u[e]);
-  else snprintf(buf, cap, "%.2f %s", v, u[e]);
-}
+void cli_fmt_iec(uint64_t b, char *buf, size_t cap) { cm__fmt_iec(b, buf, cap); }
 
 /* Length of the well-formed UTF-8 character at s (a lead byte >= 0x80),
- * or 0 when it is not one (stray continuation, overlong, surrogate, beyond
- * U+10FFFF, truncated). */
+ * or 0 when it is not one: base/sbuf.c's decoder. */
 static size_t utf8_len(const unsigned char *s) {
-  unsigned c = s[0], min;
-  size_t n;
-  if (c >= 0xc2 && c <= 0xdf) n = 2, min = 0x80, c &= 0x1f;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, min = 0x800, c &= 0x0f;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, min = 0x10000, c &= 0x07;
-  else return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    c = (c << 6) | (s[i] & 0x3f);
-  }
-  return c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff) ? 0 : n;
+  unsigned cp;
+  return cm__utf8_char((const char *)s, &cp);
 }
 
 void cli_json_string(FILE *f, const char *s) {

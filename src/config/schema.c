@@ -1,7 +1,7 @@
 /*
  * schema.c - strict binding of the `[memory]` table of cubecl.toml (spec
  * §11.2, §11.3, seed-memory.rs) to a cm_config_t, plus the config object's
- * own functions (init/free/copy, setters, formatting, logger construction).
+ * own functions (init/free/copy, setters, formatting).
  *
  * Algorithm. cm_config_load_buffer parses the text with the TOML reader,
  * picks the configuration table (the root, or `[cubecl]` of a burn.toml),
@@ -19,13 +19,15 @@
  *
  * Exports: cm_config_init/free/copy, cm_config_load_buffer, cm_config_set*,
  * cm_config_field_key, cm_config_source_format, cm_config_value_format, the
- * cm_config_*_name functions, cm_config_make_logger and cm_config_lint_buffer.
+ * cm_config_*_name functions, and cm_config_lint_buffer (cm_config_make_logger is in
+ * src/runtime/config_logger.c: config does not call the logger).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "cubemem/config.h"
 #include "cubemem/toml.h"
@@ -188,27 +190,10 @@ static void key_path(text_t *t, const char *prefix, const char *key, size_t key_
 
 static char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
 
-/* Optimal string alignment distance, bounded to short strings (longer input
- * returns a large value: no suggestion for 10 MB keys). */
+/* The edit distance of base/suggest.c, case-sensitive (SIZE_MAX for long input:
+ * no suggestion for 10 MB keys). */
 static size_t osa_distance(const char *a, size_t n, const char *b, size_t m) {
-  enum { MAXL = 64 };
-  if (n > MAXL || m > MAXL) return (size_t)-1;
-  size_t d[MAXL + 1][MAXL + 1];
-  for (size_t i = 0; i <= n; i++) d[i][0] = i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      size_t best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  }
-  return d[n][m];
+  return cm__osa_distance(a, n, b, m, false);
 }
 
 /* The candidate closest to s, or NULL when none is close enough: a
@@ -748,23 +733,6 @@ size_t cm_config_value_format(const cm_config_t *cfg, cm_config_field_t field, c
     default: n = snprintf(buf, cap, "?"); break;
   }
   return n < 0 ? 0 : (size_t)n;
-}
-
-/* ---- logger ---------------------------------------------------------------------- */
-
-int cm_config_make_logger(const cm_config_t *cfg, cm_log_fn callback, void *callback_arg,
-                          cm_logger_t **out, cm_diag_t *diag) {
-  if (!cfg || !out) return cm__diag_set(diag, CM_EINVAL, "cm_config_make_logger: NULL argument");
-  cm_logger_config_t lc;
-  cm_logger_config_init(&lc);
-  lc.level = cfg->logger.level;
-  lc.file = cfg->logger.file;
-  lc.append = cfg->logger.append;
-  lc.to_stdout = cfg->logger.to_stdout;
-  lc.to_stderr = cfg->logger.to_stderr;
-  lc.callback = callback;
-  lc.callback_arg = callback_arg;
-  return cm_logger_create(&lc, out, diag);
 }
 
 /* ---- lint: what the loader ignores in silence ------------------------------------ */

@@ -1,7 +1,9 @@
 /*
  * toml.c - the TOML document tree: node allocation, tables with
  * document-ordered entries plus a hash index, arrays, the public read-only
- * accessors of cubemem/toml.h, datetime rendering and cm_toml_parse_file.
+ * accessors of cubemem/toml.h and datetime rendering. It calls no other
+ * file of the parser (toml_lex.c and toml_parse.c build trees with it;
+ * toml_file.c reads files).
  *
  * Algorithm: tables keep entries in a growable array (document order). Once a
  * table holds CM__INDEX_MIN entries, an open-addressing hash index (linear
@@ -12,7 +14,7 @@
  * is what makes concurrent reads of one document safe.
  *
  * Exports: the cm_toml_* accessors, cm_toml_doc_free/root,
- * cm_toml_parse_file, cm_toml_datetime_format, and the cm__toml_* tree
+ * cm_toml_datetime_format, and the cm__toml_* tree
  * helpers used by toml_lex.c and toml_parse.c.
  */
 #include "toml_internal.h"
@@ -153,69 +155,6 @@ void cm_toml_doc_free(cm_toml_doc_t *doc) {
 
 const cm_toml_value_t *cm_toml_doc_root(const cm_toml_doc_t *doc) {
   return doc ? doc->root : NULL;
-}
-
-/* Thread-safe strerror. */
-static const char *errno_text(int e, char *buf, size_t n) {
-#if defined(__GLIBC__) && defined(_GNU_SOURCE)
-  return strerror_r(e, buf, n);
-#else
-  snprintf(buf, n, "errno %d", e);
-  return buf;
-#endif
-}
-
-int cm_toml_parse_file(const char *path, cm_toml_doc_t **out, cm_diag_t *diag) {
-  if (!path || !out) return CM_EINVAL;
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = CM_OK;
-  int saved_errno = 0;
-  if (!f) {
-    saved_errno = errno;
-    rc = CM_EIO;
-  } else {
-    for (;;) {
-      if (len == cap) {
-        size_t ncap = cap ? cap * 2 : 65536;
-        char *n = realloc(buf, ncap);
-        if (!n) {
-          rc = CM_ENOMEM;
-          break;
-        }
-        buf = n;
-        cap = ncap;
-      }
-      size_t got = fread(buf + len, 1, cap - len, f);
-      len += got;
-      if (got == 0) {
-        if (ferror(f)) {
-          saved_errno = errno;
-          rc = CM_EIO;
-        }
-        break;
-      }
-    }
-    fclose(f);
-  }
-  if (rc == CM_OK) {
-    rc = cm_toml_parse(buf, len, out, diag);
-  } else if (diag) {
-    memset(diag, 0, sizeof *diag);
-    diag->code = rc;
-    char ebuf[128];
-    snprintf(diag->message, sizeof diag->message, "cannot read '%s': %s", path,
-             rc == CM_ENOMEM ? "out of memory" : errno_text(saved_errno, ebuf, sizeof ebuf));
-  }
-  if (rc != CM_OK && diag) {
-    size_t n = strlen(path);
-    if (n >= sizeof diag->file) n = sizeof diag->file - 1;
-    memcpy(diag->file, path, n);
-    diag->file[n] = '\0';
-  }
-  free(buf);
-  return rc;
 }
 
 /* ---- accessors -------------------------------------------------------- */

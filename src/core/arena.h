@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bitmap.h"
 #include "core/pool.h"
 
 #define SLB 3u
@@ -294,9 +295,9 @@ static inline uint64_t bits_or(uint64_t *dst, const uint64_t *src, uint64_t lo, 
   return n;
 }
 
-static inline bool bit(const uint64_t *bm, uint64_t i) { return (bm[i / 64] >> (i % 64)) & 1; }
-static inline void bit_set(uint64_t *bm, uint64_t i) { bm[i / 64] |= 1ull << (i % 64); }
-static inline void bit_clr(uint64_t *bm, uint64_t i) { bm[i / 64] &= ~(1ull << (i % 64)); }
+static inline bool bit(const uint64_t *bm, uint64_t i) { return cm__bit(bm, i); }
+static inline void bit_set(uint64_t *bm, uint64_t i) { cm__bit_set(bm, i); }
+static inline void bit_clr(uint64_t *bm, uint64_t i) { cm__bit_clr(bm, i); }
 
 /* ---- granule accounting (VM regions) ---------------------------------------------- */
 

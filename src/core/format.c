@@ -1,30 +1,22 @@
 /*
- * format.c - human-readable output (spec §5.11, §9.1, §9.3): BytesFormat, the
- * usage report and the manager display. All functions write with snprintf
- * semantics and return the length needed.
- * Exports: cm_format_bytes, cm_usage_display, cm_manager_display.
+ * format.c - the manager's display (spec §5.11): the pools' own displays
+ * under their headings and the summed usage report (cm_usage_display, which
+ * the pools' displays use too), written with snprintf
+ * semantics (returns the length needed). It reads the manager's state and
+ * calls nothing in manager.c (cm_manager_display, which drains the freed
+ * inbox first, calls it), so the two files do not call each other. The byte
+ * formats are base/units.c.
+ * Exports: cm_usage_display (the usage report), cm__manager_render
+ * (manager_internal.h).
  */
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/sbuf.h"
+#include "base/units.h"
 #include "core/manager_internal.h"
-
-size_t cm_format_bytes(uint64_t b, char *buf, size_t cap) {
-  int n;
-  if (b < 1000) {
-    n = snprintf(buf, cap, "%" PRIu64 " B", b);
-  } else {
-    int e = (int)floor(log((double)b) / log(1000.0));
-    if (e < 1) e = 1;
-    if (e > 8) e = 8;
-    double v = (double)b / pow(1000.0, e);
-    n = snprintf(buf, cap, "%.2f %cB", v, "KMGTPEZY"[e - 1]);
-  }
-  return n > 0 ? (size_t)n : 0;
-}
 
 static void pct(char *b, size_t cap, uint64_t num, uint64_t den) {
   float v = (float)num / (float)den * 100.0f;
@@ -61,10 +53,8 @@ static void sb_printf(sbuf *s, const char *fmt, ...) __attribute__((format(print
 static void sb_printf(sbuf *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(s->len < s->cap ? s->buf + s->len : NULL, s->len < s->cap ? s->cap - s->len : 0,
-                    fmt, ap);
+  s->len = cm__vbprintf(s->buf, s->cap, s->len, fmt, ap); /* base/sbuf.c */
   va_end(ap);
-  if (n > 0) s->len += (size_t)n;
 }
 
 static void sb_pool(sbuf *s, cm__pool *p) {
@@ -73,11 +63,10 @@ static void sb_pool(sbuf *s, cm__pool *p) {
   s->len += n;
 }
 
-size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap) {
+size_t cm__manager_render(cm_manager_t *m, char *buf, size_t cap) {
   sbuf s = {buf, cap, 0};
   if (cap) buf[0] = 0;
   if (!m) return 0;
-  cm__manager_drain(m); /* show slices released since the last call as free */
   sb_printf(&s, "\n# MemoryManagement\n\n - name: \"%s\"\n\n## Persistent\n\n", m->name);
   sb_pool(&s, m->persistent);
   sb_printf(&s, "\n## Dynamic\n\n");

@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "base/sbuf.h"
+#include "base/suggest.h"
+#include "base/units.h"
 #include "core/layout.h"
 
 #define MIB (1ull << 20)
@@ -205,30 +208,6 @@ int cm_pools_resolve(const cm_pool_options_t *in, size_t n, cm_device_props_t pr
 
 /* ---- command-line syntax ---- */
 
-static int parse_size(const char *s, size_t len, uint64_t *out) {
-  size_t i = 0;
-  uint64_t v = 0;
-  if (len == 0 || !isdigit((unsigned char)s[0])) return -1;
-  while (i < len && isdigit((unsigned char)s[i])) {
-    unsigned d = (unsigned)(s[i] - '0');
-    if (v > (UINT64_MAX - d) / 10) return -1;
-    v = v * 10 + d;
-    i++;
-  }
-  const char *u = s + i;
-  size_t ul = len - i;
-  unsigned shift = 0;
-  if (ul == 0 || (ul == 1 && (u[0] == 'B' || u[0] == 'b'))) shift = 0;
-  else if (ul == 3 && !strncmp(u, "KiB", 3)) shift = 10;
-  else if (ul == 3 && !strncmp(u, "MiB", 3)) shift = 20;
-  else if (ul == 3 && !strncmp(u, "GiB", 3)) shift = 30;
-  else if (ul == 3 && !strncmp(u, "TiB", 3)) shift = 40;
-  else return -1;
-  if (shift && v > (UINT64_MAX >> shift)) return -1;
-  *out = v << shift;
-  return 0;
-}
-
 static bool key_is(const char *k, size_t kl, const char *name) {
   return strlen(name) == kl && !strncmp(k, name, kl);
 }
@@ -296,58 +275,122 @@ static void key_set(cm_pool_options_t *o, int key, uint64_t v) {
   }
 }
 
-/* Parse one "key=value" item q[0..iend) of pool number idx into o. */
-static int parse_option(const char *q, const char *iend, size_t idx, cm_pool_options_t *o,
-                        cm_diag_t *diag) {
+/* "page, max-slice, ... or keep", each key followed by `suffix`, into buf. */
+static void key_list(char *buf, size_t cap, const char *suffix) {
+  size_t w = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < K_COUNT && w < cap; k++)
+    w += (size_t)snprintf(buf + w, cap - w, "%s%s%s", k == 0 ? "" : k + 1 == K_COUNT ? " or " : ", ",
+                          k_keys[k], suffix);
+}
+
+/* The value v[0..vl) of key number `key` (pool idx of kind `kind`): a size
+ * in the one grammar (base/units.c), a whole number of reservations for
+ * period=, or auto for object=. */
+static int parse_value(const char *v, size_t vl, int key, size_t idx, const char *kind,
+                       uint64_t *out, cm_diag_t *diag) {
+  char why[160];
+  if (key == K_OBJECT && key_is(v, vl, "auto")) {
+    *out = CM_OBJECT_AUTO; /* the arena's adaptive object size */
+    return CM_OK;
+  }
+  if (key == K_PERIOD) {
+    uint64_t r = 0;
+    size_t i = 0;
+    for (; i < vl && isdigit((unsigned char)v[i]); i++) {
+      unsigned d = (unsigned)(v[i] - '0');
+      if (r > (UINT64_MAX - d) / 10) break; /* too large: an error below */
+      r = r * 10 + d;
+    }
+    if (vl > 0 && i == vl) {
+      *out = r;
+      return CM_OK;
+    }
+    return cm__diag_set(diag, CM_EPARSE,
+                        "pool %zu (%s): bad period=%.*s: expected a whole number of reservations",
+                        idx, kind, (int)(vl < 95 ? vl : 95), v);
+  }
+  if (cm__size_parse(v, vl, out, why, sizeof why) == 0) return CM_OK;
+  return cm__diag_set(diag, CM_EPARSE, "pool %zu (%s): bad %s=%.*s: %s (%s)", idx, kind,
+                      k_keys[key], (int)(vl < 95 ? vl : 95), v, why, CM__SIZE_EXAMPLES);
+}
+
+/* Parse one "key=value" item q[0..iend) of pool number idx (of kind `kind`)
+ * into o. */
+static int parse_option(const char *q, const char *iend, size_t idx, const char *kind,
+                        cm_pool_options_t *o, cm_diag_t *diag) {
   const char *eq = memchr(q, '=', (size_t)(iend - q));
-  if (!eq)
-    return cm__diag_set(diag, CM_EPARSE, "pool %zu: expected key=value, got '%.*s'", idx,
-                        (int)(iend - q), q);
+  char list[200];
+  if (!eq) {
+    key_list(list, sizeof list, "");
+    return cm__diag_set(diag, CM_EPARSE, "pool %zu (%s): expected key=value, got '%.*s' (keys: %s)",
+                        idx, kind, (int)(iend - q), q, list);
+  }
   size_t klen = (size_t)(eq - q);
   int key = key_index(q, klen);
   if (key == K_COUNT) {
-    char list[160];
-    size_t w = 0;
-    for (int i = 0; i < K_COUNT && w < sizeof list; i++)
-      w += (size_t)snprintf(list + w, sizeof list - w, "%s%s",
-                            i == 0 ? "" : i + 1 == K_COUNT ? " or " : ", ", k_keys[i]);
-    return cm__diag_set(diag, CM_EPARSE, "pool %zu: unknown option '%.*s'; expected %s", idx,
-                        (int)klen, q, list);
+    char name[64], hint[96] = "";
+    snprintf(name, sizeof name, "%.*s", (int)(klen < 63 ? klen : 63), q);
+    const char *s = cm__suggest(name, k_keys, K_COUNT);
+    if (s) snprintf(hint, sizeof hint, "did you mean '%s='? ", s);
+    key_list(list, sizeof list, "=");
+    return cm__diag_set(diag, CM_EPARSE, "pool %zu (%s): unknown option '%s='; %sexpected %s", idx,
+                        kind, name, hint, list);
   }
   uint64_t v;
-  if (key == K_OBJECT && key_is(eq + 1, (size_t)(iend - eq - 1), "auto"))
-    v = CM_OBJECT_AUTO; /* the arena's adaptive object size */
-  else if (parse_size(eq + 1, (size_t)(iend - eq - 1), &v) != 0)
+  int rc = parse_value(eq + 1, (size_t)(iend - eq - 1), key, idx, kind, &v, diag);
+  if (rc == CM_OK) key_set(o, key, v);
+  return rc;
+}
+
+/* The pool kinds, in the order of cm_pool_kind_t's messages. */
+static const struct {
+  const char *name;
+  cm_pool_kind_t kind;
+} k_kinds[] = {{"sliced", CM_POOL_SLICED},
+               {"exclusive", CM_POOL_EXCLUSIVE},
+               {"direct", CM_POOL_DIRECT},
+               {"arena", CM_POOL_ARENA},
+               {"adaptive", CM_POOL_ADAPTIVE}};
+
+/* The message for an unknown kind p[0..kl); `single`: the whole text is one
+ * word (no ';' or ':'), so it may have meant a preset. */
+static int unknown_kind(const char *p, size_t kl, size_t idx, bool single, cm_diag_t *diag) {
+  static const char *const names[] = {"default", "subslices", "exclusive-pages", "adaptive",
+                                      "sliced",  "exclusive", "direct",          "arena"};
+  char kind[64], hint[96] = "";
+  snprintf(kind, sizeof kind, "%.*s", (int)(kl < 63 ? kl : 63), p);
+  const char *s = cm__suggest(kind, names, sizeof names / sizeof names[0]);
+  if (s) snprintf(hint, sizeof hint, "did you mean '%s'? ", s);
+  if (single)
     return cm__diag_set(diag, CM_EPARSE,
-                        "pool %zu: bad value '%.*s' for '%.*s' (use bytes or "
-                        "KiB/MiB/GiB/TiB)",
-                        idx, (int)(iend - eq - 1), eq + 1, (int)klen, q);
-  key_set(o, key, v);
-  return CM_OK;
+                        "unknown layout '%s'; %sexpected a preset (default, subslices, "
+                        "exclusive-pages, adaptive) or a pool list of sliced, exclusive, direct, "
+                        "arena and adaptive pools, e.g. 'sliced:page=8MiB;direct'",
+                        kind, hint);
+  return cm__diag_set(diag, CM_EPARSE,
+                      "pool %zu: unknown kind '%s'; %sexpected sliced, exclusive, direct, arena or "
+                      "adaptive (presets default, subslices, exclusive-pages and adaptive stand "
+                      "alone)",
+                      idx, kind, hint);
 }
 
 /* Parse one pool "kind[:key=value,...]" p[0..len), number idx, into o. */
-static int parse_pool(const char *p, size_t len, size_t idx, cm_pool_options_t *o,
+static int parse_pool(const char *p, size_t len, size_t idx, bool single, cm_pool_options_t *o,
                       cm_diag_t *diag) {
   memset(o, 0, sizeof *o);
   const char *colon = memchr(p, ':', len);
   size_t kl = colon ? (size_t)(colon - p) : len;
-  if (key_is(p, kl, "sliced")) o->kind = CM_POOL_SLICED;
-  else if (key_is(p, kl, "exclusive")) o->kind = CM_POOL_EXCLUSIVE;
-  else if (key_is(p, kl, "direct")) o->kind = CM_POOL_DIRECT;
-  else if (key_is(p, kl, "arena")) o->kind = CM_POOL_ARENA;
-  else if (key_is(p, kl, "adaptive")) o->kind = CM_POOL_ADAPTIVE;
-  else
-    return cm__diag_set(diag, CM_EPARSE,
-                        "pool %zu: unknown kind '%.*s'; expected sliced, exclusive, direct, "
-                        "arena or adaptive",
-                        idx, (int)kl, p);
+  const char *kind = NULL;
+  for (size_t k = 0; k < sizeof k_kinds / sizeof k_kinds[0] && !kind; k++)
+    if (key_is(p, kl, k_kinds[k].name)) o->kind = k_kinds[k].kind, kind = k_kinds[k].name;
+  if (!kind) return unknown_kind(p, kl, idx, single, diag);
   const char *q = colon ? colon + 1 : p + len;
   const char *qend = p + len;
   while (q < qend) {
     const char *comma = memchr(q, ',', (size_t)(qend - q));
     const char *iend = comma ? comma : qend;
-    int rc = parse_option(q, iend, idx, o, diag);
+    int rc = parse_option(q, iend, idx, kind, o, diag);
     if (rc != CM_OK) return rc;
     q = comma ? comma + 1 : qend;
   }
@@ -363,6 +406,12 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
     if (rc) return cm__diag_set(diag, rc, "the preset has %zu pools; room for %zu", *out_count, cap);
     return CM_OK;
   }
+  if (!*text)
+    return cm__diag_set(diag, CM_ECONFIG,
+                        "the pool list is empty: expected a preset (default, subslices, "
+                        "exclusive-pages, adaptive) or a pool list of sliced, exclusive, direct, "
+                        "arena and adaptive pools, e.g. 'sliced:page=8MiB;direct'");
+  bool single = !strchr(text, ';') && !strchr(text, ':');
   cm_pool_options_t tmp[CM_MAX_DYNAMIC_POOLS + 1];
   size_t n = 0;
   const char *p = text;
@@ -371,7 +420,7 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
     size_t len = end ? (size_t)(end - p) : strlen(p);
     if (n > CM_MAX_DYNAMIC_POOLS)
       return cm__diag_set(diag, CM_ECONFIG, "the pool list has more than 254 entries");
-    int rc = parse_pool(p, len, n + 1, &tmp[n], diag);
+    int rc = parse_pool(p, len, n + 1, single, &tmp[n], diag);
     if (rc != CM_OK) return rc;
     n++;
     p = end ? end + 1 : p + len;
@@ -382,16 +431,7 @@ int cm_pools_parse(const char *text, cm_device_props_t props, cm_pool_options_t 
   return cm_pools_resolve(tmp, n, props, out, diag);
 }
 
-static void fmt_size(char *b, size_t cap, uint64_t v) {
-  static const char *u[] = {"TiB", "GiB", "MiB", "KiB"};
-  static const unsigned sh[] = {40, 30, 20, 10};
-  for (int i = 0; i < 4; i++)
-    if (v && v % (1ull << sh[i]) == 0) {
-      snprintf(b, cap, "%" PRIu64 "%s", v >> sh[i], u[i]);
-      return;
-    }
-  snprintf(b, cap, "%" PRIu64, v);
-}
+static void fmt_size(char *b, size_t cap, uint64_t v) { cm__fmt_size_exact(b, cap, v); }
 
 /* Append ",key=value" (or ":key=value" for the first option of a pool). */
 static int fmt_opt(char *tmp, size_t cap, int w, const char *key, const char *val) {
@@ -471,9 +511,7 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
       snprintf(v, sizeof v, "%" PRIu64, o->dealloc_period);
       w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_PERIOD], v);
     }
-    int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s",
-                     i ? ";" : "", tmp);
-    if (k > 0) len += (size_t)k;
+    len = cm__bprintf(buf, cap, len, "%s%s", i ? ";" : "", tmp);
   }
   if (n == 0 && cap) buf[0] = 0;
   return len;

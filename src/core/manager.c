@@ -66,6 +66,11 @@ static void drop_pool(cm_manager_t *m, cm__pool *p) {
   p->vt->destroy(p);
 }
 
+size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap) {
+  if (m) cm__manager_drain(m); /* show slices released since the last call as free */
+  return cm__manager_render(m, buf, cap);
+}
+
 /* ---- logging ----------------------------------------------------------------- */
 
 #define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)

@@ -62,5 +62,8 @@ struct cm_manager {
 
 /* Drain the freed inbox: mark freed slices free and give them to their pools. */
 void cm__manager_drain(struct cm_manager *m);
+/* The display of cm_manager_display without draining the inbox first
+ * (format.c; snprintf semantics: returns the length needed). */
+size_t cm__manager_render(struct cm_manager *m, char *buf, size_t cap);
 
 #endif

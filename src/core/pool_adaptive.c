@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "core/layout.h"
 #include "core/pool.h"
 
@@ -364,11 +365,7 @@ static uint64_t outdated_pages(const adaptive_pool *ap) {
 static size_t display(cm__pool *p, char *buf, size_t cap) {
   adaptive_pool *ap = AP(p);
   size_t len = 0;
-#define OUT(...)                                                                              \
-  do {                                                                                        \
-    int n__ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
-    if (n__ > 0) len += (size_t)n__;                                                          \
-  } while (0)
+#define OUT(...) (len = cm__bprintf(buf, cap, len, __VA_ARGS__)) /* base/sbuf.c */
 #define SUB(q) len += (q)->vt->display((q), len < cap ? buf + len : NULL, len < cap ? cap - len : 0)
   OUT(" - Adaptive Pool page_size=%" PRIu64 " min_page_size=%" PRIu64 " max_page_size=%" PRIu64
       " outdated_pools=%zu outdated_pages=%" PRIu64 "\n",

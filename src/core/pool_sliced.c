@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "core/pool.h"
 
 typedef struct spage spage;
@@ -366,11 +367,7 @@ static size_t check(cm__pool *p, cm_diag_t *diag) {
 static size_t display(cm__pool *p, char *buf, size_t cap) {
   sliced_pool *sp = SP(p);
   size_t len = 0;
-#define OUT(...)                                                                          \
-  do {                                                                                    \
-    int n__ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
-    if (n__ > 0) len += (size_t)n__;                                                      \
-  } while (0)
+#define OUT(...) (len = cm__bprintf(buf, cap, len, __VA_ARGS__)) /* base/sbuf.c */
   if (sp->npages == 0) return 0;
   OUT(" - Sliced Pool page_size=%" PRIu64 " max_alloc_size=%" PRIu64, sp->page_size, sp->max_alloc);
   if (sp->capped) OUT(" max_pool_size=%" PRIu64, sp->max_pages * sp->page_size);

@@ -48,7 +48,8 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "ptr/u64map.h"
+#include "base/sbuf.h"
+#include "base/u64map.h"
 
 typedef struct stream_slot {
   void *stream;
@@ -613,10 +614,8 @@ static void put(outbuf *o, const char *fmt, ...) __attribute__((format(printf, 2
 static void put(outbuf *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  size_t room = o->len < o->cap ? o->cap - o->len : 0;
-  int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
+  o->len = cm__vbprintf(o->buf, o->cap, o->len, fmt, ap); /* base/sbuf.c */
   va_end(ap);
-  if (n > 0) o->len += (size_t)n;
 }
 
 size_t cm_ptr_report(cm_ptr_allocator_t *a, char *buf, size_t cap) {

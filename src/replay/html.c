@@ -43,7 +43,7 @@
 #include "base/util.h"
 #include "cubemem/replay.h"
 #include "replay/record.h"
-#include "replay/sbuf.h"
+#include "base/sbuf.h"
 
 extern const unsigned char cm__report_html[];
 extern const size_t cm__report_html_len;

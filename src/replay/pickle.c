@@ -30,7 +30,7 @@
 #include <time.h>
 
 #include "base/util.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 
 #define CHUNK_VALUES 4096
 

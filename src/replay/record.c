@@ -64,7 +64,7 @@ void cm_replay_recorder_free(cm_replay_recorder_t *r) {
   free(r->allocs);
   free(r->open);
   free(r->ranges);
-  free(r->range_index);
+  cm__u64map_free(&r->range_index);
   free(r->run_pools);
   free(r->now_pools);
   free(r->prev_pools);
@@ -95,35 +95,13 @@ static int start(cm_replay_recorder_t *r, cm_manager_t *m) {
   return CM_OK;
 }
 
-static uint64_t hash_id(uint64_t id) {
-  id ^= id >> 33;
-  id *= 0xff51afd7ed558ccdull;
-  id ^= id >> 33;
-  return id;
-}
-
 /* The dense index of storage range `id` (created on first sight), or
- * CM__REC_FAILED when out of memory. */
+ * CM__REC_FAILED when out of memory. The index is base's u64 map from
+ * id + 1 (never 0) to the range's index + 1 (never NULL). */
 static uint32_t range_of(cm_replay_recorder_t *r, uint64_t id, uint32_t pool) {
-  if (r->range_index_cap == 0 || (r->range_count + 1) * 2 > r->range_index_cap) {
-    size_t cap = r->range_index_cap ? r->range_index_cap * 2 : 64;
-    uint32_t *idx = calloc(cap, sizeof *idx);
-    if (!idx) return CM__REC_FAILED;
-    for (size_t k = 0; k < r->range_count; k++) {
-      size_t h = (size_t)hash_id(r->ranges[k].id) & (cap - 1);
-      while (idx[h]) h = (h + 1) & (cap - 1);
-      idx[h] = (uint32_t)k + 1;
-    }
-    free(r->range_index);
-    r->range_index = idx;
-    r->range_index_cap = cap;
-  }
-  size_t h = (size_t)hash_id(id) & (r->range_index_cap - 1);
-  while (r->range_index[h]) {
-    uint32_t k = r->range_index[h] - 1;
-    if (r->ranges[k].id == id) return k;
-    h = (h + 1) & (r->range_index_cap - 1);
-  }
+  if (id == UINT64_MAX) return CM__REC_FAILED; /* ids count up from 1: never reached */
+  void *hit = cm__u64map_get(&r->range_index, id + 1);
+  if (hit) return (uint32_t)((uintptr_t)hit - 1);
   if (r->range_count == r->range_cap) {
     size_t cap = r->range_cap ? r->range_cap * 2 : 16;
     cm__rec_range_t *nr = realloc(r->ranges, cap * sizeof *nr);
@@ -131,9 +109,11 @@ static uint32_t range_of(cm_replay_recorder_t *r, uint64_t id, uint32_t pool) {
     r->ranges = nr;
     r->range_cap = cap;
   }
-  uint32_t k = (uint32_t)r->range_count++;
+  uint32_t k = (uint32_t)r->range_count;
+  if (cm__u64map_put(&r->range_index, id + 1, (void *)((uintptr_t)k + 1)) != CM_OK)
+    return CM__REC_FAILED;
+  r->range_count++;
   r->ranges[k] = (cm__rec_range_t){id, 0, pool};
-  r->range_index[h] = k + 1;
   return k;
 }
 

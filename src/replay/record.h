@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "base/u64map.h"
 #include "cubemem/replay.h"
 
 /* One pool's bytes at a moment. */
@@ -67,11 +68,10 @@ struct cm_replay_recorder {
   size_t alloc_count, alloc_cap;
   uint32_t *open;
 
-  /* ranges, with an open-addressing index id -> range + 1 */
+  /* ranges, with an index storage id + 1 -> range + 1 (base/u64map.h) */
   cm__rec_range_t *ranges;
   size_t range_count, range_cap;
-  uint32_t *range_index;
-  size_t range_index_cap;
+  cm__u64map range_index;
 
   /* scratch for the current run of events */
   uint64_t run_live, run_reserved, run_end_time;

@@ -24,7 +24,7 @@
 #include "base/util.h"
 #include "cubemem/replay.h"
 #include "replay/pickle.h"
-#include "replay/sbuf.h"
+#include "base/sbuf.h"
 
 typedef struct table {
   char **s;         /* the distinct frame strings */

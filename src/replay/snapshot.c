@@ -28,9 +28,9 @@
 
 #include "base/util.h"
 #include "cubemem/replay.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 #include "replay/pickle.h"
-#include "replay/sbuf.h"
+#include "base/sbuf.h"
 
 enum { ROW_ALLOC, ROW_FREE, ROW_FAIL };
 

@@ -23,7 +23,7 @@
 
 #include "base/util.h"
 #include "cubemem/replay.h"
-#include "replay/sbuf.h"
+#include "base/sbuf.h"
 
 
 /* Text from names (file names: any bytes) as well-formed XML. */

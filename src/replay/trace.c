@@ -6,16 +6,17 @@
  * line is split at commas into at most CM__MAX_FIELDS fields and the fields
  * the column map names are decoded by small hand-written parsers (no sscanf,
  * no NUL termination needed: every field is a (pointer, length) pair, so any
- * byte sequence, NULs included, is handled). Live pointers are kept in an
- * open-addressing hash table (linear probing, power-of-two capacity, load
- * <= 1/2, backward-shift deletion so there are no tombstones) mapping the
- * pointer to its slot and requested size. Slots are dense indices reused
- * LIFO through a free stack, so a replay needs only `slots` handles.
+ * byte sequence, NULs included, is handled). Live pointers are kept in
+ * base's u64 map (base/u64map.h) from the pointer to its slot; the requested
+ * size and stream of each live allocation sit in an array indexed by slot.
+ * Slots are dense indices reused LIFO through a free stack, so a replay needs
+ * only `slots` handles.
  *
- * Invariants. After every line: `live` equals the sum of the sizes stored in
- * the table, table->n is the number of live pointers, and every slot is either
- * in the table or on the free stack, never both. A failed line changes nothing
- * (every field is decoded and checked before any state changes).
+ * Invariants. After every line: `live` equals the sum of the sizes of the
+ * live slots, table->n is the number of live pointers, and every slot is
+ * either live or on the free stack, never both. A line that does not parse
+ * changes nothing (every field is decoded and checked before any state
+ * changes); running out of memory ends the parse.
  *
  * Exports cm_trace_parse, cm_trace_load, cm_trace_free.
  */
@@ -28,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/u64map.h"
 #include "base/util.h"
 #include "cubemem/replay.h"
 
@@ -40,18 +42,21 @@ typedef struct field {
   size_t n;
 } field_t;
 
-typedef struct entry {
-  uint64_t key;
+/* What the parser keeps of a live allocation, indexed by its slot. */
+typedef struct live {
   uint64_t size;
-  uint32_t slot;
-  uint32_t used;
   uint32_t stream; /* index in the trace's streams */
-} entry_t;
+} live_t;
 
+/* The live allocations: pointer -> slot + 1 in base's u64 map (keys are
+ * pointer ^ K_SALT, never 0 but for the one pointer K_SALT, kept aside), and
+ * what each slot holds. */
 typedef struct table {
-  entry_t *e;
-  size_t cap; /* power of two */
-  size_t n;
+  cm__u64map map;
+  uint64_t salt_slot; /* slot + 1 of pointer K_SALT, 0 when not live */
+  live_t *slot;       /* [slot_cap] */
+  size_t slot_cap;
+  size_t n; /* live allocations */
 } table_t;
 
 typedef struct parser {
@@ -207,68 +212,51 @@ static bool parse_time(field_t f, uint64_t *out_us) {
   return true;
 }
 
-/* ---- hash table ------------------------------------------------------------- */
+/* ---- live allocations -------------------------------------------------------- */
 
-static size_t hash_ptr(uint64_t k, size_t mask) {
-  k ^= k >> 29;
-  k *= 0x9E3779B97F4A7C15ull;
-  k ^= k >> 32;
-  return (size_t)k & mask;
+#define K_SALT 0x9E3779B97F4A7C15ull
+
+/* The slot of live pointer ptr, or SIZE_MAX. */
+static size_t table_find(const table_t *t, uint64_t ptr) {
+  if (ptr == K_SALT) return t->salt_slot ? (size_t)(t->salt_slot - 1) : SIZE_MAX;
+  void *v = cm__u64map_get(&t->map, ptr ^ K_SALT);
+  return v ? (size_t)((uintptr_t)v - 1) : SIZE_MAX;
 }
 
-static bool table_grow(table_t *t) {
-  size_t ncap = t->cap ? t->cap * 2 : 1024;
-  if (ncap > SIZE_MAX / sizeof(entry_t)) return false;
-  entry_t *ne = calloc(ncap, sizeof *ne);
-  if (!ne) return false;
-  for (size_t i = 0; i < t->cap; i++) {
-    if (!t->e[i].used) continue;
-    size_t j = hash_ptr(t->e[i].key, ncap - 1);
-    while (ne[j].used) j = (j + 1) & (ncap - 1);
-    ne[j] = t->e[i];
-  }
-  free(t->e);
-  t->e = ne;
-  t->cap = ncap;
+/* Room for slot `slot` in t->slot; false when out of memory. */
+static bool table_room(table_t *t, uint32_t slot) {
+  if (slot < t->slot_cap) return true;
+  size_t ncap = t->slot_cap ? t->slot_cap * 2 : 1024;
+  while (ncap <= slot) ncap *= 2;
+  if (ncap > SIZE_MAX / sizeof(live_t)) return false;
+  live_t *n = realloc(t->slot, ncap * sizeof *n);
+  if (!n) return false;
+  t->slot = n;
+  t->slot_cap = ncap;
   return true;
 }
 
-/* Index of key, or SIZE_MAX. */
-static size_t table_find(const table_t *t, uint64_t key) {
-  if (!t->cap) return SIZE_MAX;
-  size_t mask = t->cap - 1, i = hash_ptr(key, mask);
-  while (t->e[i].used) {
-    if (t->e[i].key == key) return i;
-    i = (i + 1) & mask;
-  }
-  return SIZE_MAX;
-}
-
-/* Insert a key known to be absent; the table has room (checked by caller). */
-static void table_insert(table_t *t, uint64_t key, uint64_t size, uint32_t slot,
+/* Make ptr live in `slot`; false when out of memory (nothing changed). */
+static bool table_insert(table_t *t, uint64_t ptr, uint64_t size, uint32_t slot,
                          uint32_t stream) {
-  size_t mask = t->cap - 1, i = hash_ptr(key, mask);
-  while (t->e[i].used) i = (i + 1) & mask;
-  t->e[i] = (entry_t){key, size, slot, 1, stream};
+  if (!table_room(t, slot)) return false;
+  if (ptr == K_SALT) t->salt_slot = (uint64_t)slot + 1;
+  else if (cm__u64map_put(&t->map, ptr ^ K_SALT, (void *)((uintptr_t)slot + 1)) != CM_OK)
+    return false;
+  t->slot[slot] = (live_t){size, stream};
   t->n++;
+  return true;
 }
 
-/* Backward-shift deletion: keeps every probe chain unbroken without tombstones. */
-static void table_remove_at(table_t *t, size_t i) {
-  size_t mask = t->cap - 1, j = i;
-  for (;;) {
-    j = (j + 1) & mask;
-    if (!t->e[j].used) break;
-    size_t home = hash_ptr(t->e[j].key, mask);
-    /* Move e[j] into the hole at i when its home is not in (i, j]. */
-    bool in_range = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
-    if (!in_range) {
-      t->e[i] = t->e[j];
-      i = j;
-    }
-  }
-  t->e[i].used = 0;
+static void table_remove(table_t *t, uint64_t ptr) {
+  if (ptr == K_SALT) t->salt_slot = 0;
+  else (void)cm__u64map_remove(&t->map, ptr ^ K_SALT);
   t->n--;
+}
+
+static void table_free(table_t *t) {
+  cm__u64map_free(&t->map);
+  free(t->slot);
 }
 
 /* ---- events ------------------------------------------------------------------- */
@@ -299,9 +287,10 @@ static void push_event(parser_t *ps, uint32_t action, uint32_t slot, uint64_t si
   if (time_us > t->duration_us) t->duration_us = time_us;
 }
 
-/* Free the live allocation at table index i (event already reserved). */
-static int free_at(parser_t *ps, size_t i, uint64_t time_us) {
-  entry_t e = ps->tab.e[i];
+/* Free the live allocation of pointer ptr, in slot `slot` (event already
+ * reserved). */
+static int free_at(parser_t *ps, uint64_t ptr, size_t slot, uint64_t time_us) {
+  live_t e = ps->tab.slot[slot];
   ps->t->streams[e.stream].live_bytes -= e.size;
   if (ps->free_n == ps->free_cap) {
     size_t ncap = ps->free_cap ? ps->free_cap * 2 : 1024;
@@ -310,11 +299,11 @@ static int free_at(parser_t *ps, size_t i, uint64_t time_us) {
     ps->free_slots = nf;
     ps->free_cap = ncap;
   }
-  table_remove_at(&ps->tab, i);
-  ps->free_slots[ps->free_n++] = e.slot;
+  table_remove(&ps->tab, ptr);
+  ps->free_slots[ps->free_n++] = (uint32_t)slot;
   ps->live -= e.size;
   ps->t->frees++;
-  push_event(ps, CM_TRACE_FREE, e.slot, e.size, time_us, e.stream);
+  push_event(ps, CM_TRACE_FREE, (uint32_t)slot, e.size, time_us, e.stream);
   return CM_OK;
 }
 
@@ -425,18 +414,17 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
       return CM_OK;
     }
     if (!reserve_events(ps, 1)) return CM_ENOMEM;
-    return free_at(ps, at, time_us);
+    return free_at(ps, ptr, at, time_us);
   }
   /* allocate: check everything before changing state */
   uint64_t live_after = ps->live + size;
-  if (at != SIZE_MAX) live_after -= ps->tab.e[at].size;
+  if (at != SIZE_MAX) live_after -= ps->tab.slot[at].size;
   if (live_after < size) {
     snprintf(ps->msg, sizeof ps->msg, "size %llu overflows the live byte total",
              (unsigned long long)size);
     return CM_EPARSE;
   }
   if (!reserve_events(ps, 2)) return CM_ENOMEM;
-  if ((ps->tab.n + 1) * 2 > ps->tab.cap && !table_grow(&ps->tab)) return CM_ENOMEM;
   /* the stream (a Stream column that does not parse counts as stream 0) */
   uint64_t sid = 0;
   int sc = ps->col[COL_STREAM];
@@ -446,11 +434,11 @@ static int data_line(parser_t *ps, const field_t *f, size_t nf) {
   if (at == SIZE_MAX && ps->free_n == 0 && t->slots == UINT32_MAX) return CM_EOVERFLOW;
   if (at != SIZE_MAX) {
     t->duplicate_allocs++;
-    int rc = free_at(ps, at, time_us);
+    int rc = free_at(ps, ptr, at, time_us);
     if (rc) return rc;
   }
   uint32_t slot = ps->free_n ? ps->free_slots[--ps->free_n] : t->slots++;
-  table_insert(&ps->tab, ptr, size, slot, (uint32_t)si);
+  if (!table_insert(&ps->tab, ptr, size, slot, (uint32_t)si)) return CM_ENOMEM;
   cm_trace_stream_t *st = &t->streams[si];
   st->allocs++;
   st->live_bytes += size;
@@ -524,7 +512,7 @@ int cm_trace_parse(const char *buf, size_t len, const cm_trace_parse_options_t *
   ps.t->lines = lineno;
   ps.t->live_at_end = ps.tab.n;
   ps.t->live_bytes_at_end = ps.live;
-  free(ps.tab.e);
+  table_free(&ps.tab);
   free(ps.free_slots);
   if (rc != CM_OK) {
     cm_trace_free(ps.t);

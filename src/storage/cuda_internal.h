@@ -46,7 +46,7 @@
 
 #include "base/util.h"
 #include "cubemem/cuda.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 
 /* ---- driver ABI (see the header comment for the source) ------------------ */
 

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 
 #include "base/util.h"
-#include "storage/idtable.h"
+#include "base/idtable.h"
 #include "storage/storage_internal.h"
 #include "storage/vmtrack.h"
 

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/idtable.h"
 #include "base/util.h"
 #include "storage/storage_internal.h"
 #include "storage/vmtrack.h"
@@ -93,15 +94,10 @@ static int sim_new_range(sim_ctx *c, uint64_t size, uint64_t align, uint8_t kind
       base > UINT64_MAX - span)
     return cm__diag_set(diag, CM_ETOOBIG, "simulated device: %" PRIu64 " bytes exceed the address space",
                         size);
-  if (c->len == 0) c->len = 1;
-  if (c->len >= c->cap) {
-    uint64_t nc = c->cap ? c->cap * 2 : 1024;
-    sim_entry *nv = realloc(c->v, nc * sizeof *nv);
-    if (!nv) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
-    c->v = nv;
-    c->cap = nc;
-  }
-  uint64_t id = c->len++;
+  uint64_t id;
+  sim_entry *nv = cm__id_reserve(c->v, &c->len, &c->cap, sizeof *c->v, &id); /* base/idtable.h */
+  if (!nv) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+  c->v = nv;
   c->v[id] = (sim_entry){.addr = base, .size = size, .kind = kind};
   c->next_addr = base + span;
   *out_id = id;

@@ -9,9 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bitmap.h"
 #include "cubemem/common.h"
 
-static int bit(const uint64_t *bm, uint64_t i) { return (int)((bm[i / 64] >> (i % 64)) & 1); }
+static int bit(const uint64_t *bm, uint64_t i) { return cm__bit(bm, i); }
 
 int cm__vmtrack_check_reserve(uint64_t size, unsigned gshift, char *why, size_t cap) {
   uint64_t G = 1ull << gshift;
@@ -105,7 +106,7 @@ int cm__vmtrack_commit_map(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t
   if (grow(t, g0 + n) != CM_OK) return CM_ENOMEM;
   uint32_t pg = (uint32_t)(piece >> t->gshift);
   for (uint64_t g = g0; g < g0 + n; g++) {
-    t->mapped[g / 64] |= 1ull << (g % 64);
+    cm__bit_set(t->mapped, g);
     t->start[g] = (g - g0) % pg == 0 ? pg : 0;
   }
   t->nmaps += n / pg;
@@ -138,7 +139,7 @@ int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, u
 uint64_t cm__vmtrack_commit_unmap(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece) {
   uint64_t g0 = off >> t->gshift, n = size >> t->gshift, pg = piece >> t->gshift;
   for (uint64_t g = g0; g < g0 + n; g++) {
-    t->mapped[g / 64] &= ~(1ull << (g % 64));
+    cm__bit_clr(t->mapped, g);
     t->start[g] = 0;
   }
   t->nmaps -= n / pg;

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 #include "storage/storage_internal.h"
 #include "storage/vk_abi.h"
 #include "storage/vulkan_internal.h"

@@ -35,7 +35,7 @@ while read -r file origin; do
     # a complete program (the README's example) must also link and run
     if grep -q '^int main(' "$file" && ! grep -q '^/\* doctest: no-run \*/$' "$file" &&
        [ -f "$BUILD/libcubemem.a" ]; then
-      if "$CC" "${LINKFLAGS[@]}" -o "$file.bin" "$file.o" "$BUILD/libcubemem.a" -lpthread -ldl -lm 2>"$file.err" \
+      if "$CC" "${LINKFLAGS[@]}" -o "$file.bin" "$file.o" "$BUILD/libcubemem-tools.a" "$BUILD/libcubemem.a" -lpthread -ldl -lm 2>"$file.err" \
          && "$file.bin" >"$file.out" 2>&1; then
         echo "ok $origin links and runs: $(head -1 "$file.out")"
       else

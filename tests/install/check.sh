@@ -5,6 +5,8 @@
 #   1. with `pkg-config --cflags --libs cubemem` (shared library), and
 #   2. with CMake find_package(cubemem) (targets cubemem::cubemem and
 #      cubemem::cubemem_static),
+#   3. and the tools library the same two ways (pkg-config cubemem-tools,
+#      cubemem::cubemem_tools; tests/install/consumer_tools.c),
 # then run each binary. Builds happen in a scratch directory; exit 0 = all ok.
 set -euo pipefail
 PREFIX=${1:?usage: check.sh PREFIX}
@@ -17,7 +19,7 @@ CC=${CC:-cc}
 PC=$(find "$PREFIX" -name cubemem.pc -path '*pkgconfig*' | head -n1)
 [[ -n "$PC" ]] || { echo "check.sh: no cubemem.pc under $PREFIX"; exit 1; }
 LIBDIR=$(dirname "$(dirname "$PC")")
-for f in "$PREFIX/include/cubemem/cubemem.h" "$LIBDIR/libcubemem.so" "$LIBDIR/libcubemem.a" \
+for f in "$PREFIX/include/cubemem/cubemem.h" "$LIBDIR/libcubemem.so" "$LIBDIR/libcubemem.a" "$LIBDIR/libcubemem-tools.a" \
          "$LIBDIR/cmake/cubemem/cubememConfig.cmake" "$PREFIX/bin/cubemem" \
          "$PREFIX/share/man/man1/cubemem.1" "$PREFIX/share/bash-completion/completions/cubemem" \
          "$PREFIX/bin/torch_snapshot_to_csv.py"; do
@@ -42,6 +44,11 @@ LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$WORK/consumer_p
 $CC -std=c11 -o "$WORK/consumer_pc_static" "$HERE/consumer.c" $(pkg-config --cflags cubemem) \
   "$LIBDIR/libcubemem.a" $(pkg-config --libs-only-l --static cubemem | sed 's/-lcubemem//')
 "$WORK/consumer_pc_static"
+# The tools library (static) through its own pkg-config name.
+# shellcheck disable=SC2086
+$CC -std=c11 -Wall -Wextra -Werror -o "$WORK/consumer_tools_pc" "$HERE/consumer_tools.c" \
+  $(pkg-config --cflags --libs cubemem-tools)
+"$WORK/consumer_tools_pc"
 
 echo "--- CMake find_package consumer"
 cmake -S "$HERE" -B "$WORK/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
@@ -49,4 +56,5 @@ cmake -S "$HERE" -B "$WORK/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" \
 cmake --build "$WORK/cmake"
 "$WORK/cmake/consumer_shared"
 "$WORK/cmake/consumer_static"
+"$WORK/cmake/consumer_tools"
 echo "install check: ok"

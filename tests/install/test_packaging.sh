@@ -6,8 +6,9 @@
 #     (and cubemem::cubemem_static) configures, builds and runs, and neither
 #     tests nor fuzz drivers are built (CM_BUILD_TESTS is OFF by default below
 #     the top level, and when given explicitly);
-#  2. `cmake --install` puts the manual page cubemem(1), the bash completion
-#     and the snapshot converter in place;
+#  2. `cmake --install` puts the manual page cubemem(1), the bash completion,
+#     the snapshot converter and the tools library (libcubemem-tools.a,
+#     cubemem/tools.h, cubemem-tools.pc) in place;
 #  3. the manual page documents every option `--help` lists, and the
 #     completion offers the commands and options.
 set -u
@@ -75,8 +76,9 @@ done
 # ---- 2. install ----
 P="$TMP/prefix"
 if cmake --install "$BUILD" --prefix "$P" >"$TMP/install.log" 2>&1; then
-  for f in share/man/man1/cubemem.1 share/bash-completion/completions/cubemem bin/torch_snapshot_to_csv.py bin/cubemem; do
-    [ -f "$P/$f" ] && ok "installed $f" || bad "not installed: $f"
+  for f in share/man/man1/cubemem.1 share/bash-completion/completions/cubemem bin/torch_snapshot_to_csv.py bin/cubemem \
+           include/cubemem/tools.h lib*/libcubemem-tools.a lib*/pkgconfig/cubemem-tools.pc; do
+    [ -n "$(compgen -G "$P/$f")" ] && ok "installed $f" || bad "not installed: $f"
   done
   [ -x "$P/bin/torch_snapshot_to_csv.py" ] && ok "the converter is executable" || bad "the converter is not executable"
   # cubemem.pc is right for the prefix given to cmake --install, not the configured one

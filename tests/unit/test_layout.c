@@ -331,6 +331,29 @@ static void expect_parse_error(const char *text, const char *needle, int line) {
 }
 #define EXPECT_PARSE_ERROR(text, needle) expect_parse_error((text), (needle), __LINE__)
 
+/* The messages of the one layout parser (the command line prints them as
+ * they are): suggestions for kinds, presets and keys, the size grammar's
+ * reason, whole periods. */
+static void parse_messages(void) {
+  EXPECT_PARSE_ERROR("subslice", "unknown layout 'subslice'; did you mean 'subslices'?");
+  EXPECT_PARSE_ERROR("slized:page=1MiB", "pool 1: unknown kind 'slized'; did you mean 'sliced'?");
+  EXPECT_PARSE_ERROR("direct;;sliced", "pool 2: unknown kind ''; expected sliced");
+  EXPECT_PARSE_ERROR("sliced:pge=1MiB", "pool 1 (sliced): unknown option 'pge='; did you mean "
+                                        "'page='?");
+  EXPECT_PARSE_ERROR("sliced:page=8M", "pool 1 (sliced): bad page=8M: unit 'M' is ambiguous");
+  EXPECT_PARSE_ERROR("sliced:page=1.3B", "not a whole number of bytes (e.g. 80GiB");
+  EXPECT_PARSE_ERROR("exclusive:period=5KiB",
+                     "pool 1 (exclusive): bad period=5KiB: expected a whole number of reservations");
+  EXPECT_PARSE_ERROR("exclusive:period=18446744073709551616", "bad period=");
+  cm_pool_options_t out[2];
+  size_t n = 0;
+  ASSERT_OK(cm_pools_parse("sliced:page=1.5 mib,max-slice=1MB;exclusive:period=7", D, out, 2, &n,
+                           NULL));
+  EXPECT_EQ(out[0].page_size, 3 * MiB / 2);
+  EXPECT_EQ(out[0].max_slice_size, 1000000);
+  EXPECT_EQ(out[1].dealloc_period, 7);
+}
+
 static void parse_errors(void) {
   EXPECT_PARSE_ERROR("", "the pool list is empty");
   EXPECT_PARSE_ERROR("slized:page=1MiB", "slized");
@@ -384,7 +407,7 @@ static bool same_fields(const cm_pool_options_t *a, const cm_pool_options_t *b) 
 
 /* cm_pools_keys lists exactly what cm_pools_parse accepts: every key sets an
  * option, its field name sets the same one, and the message for an unknown
- * key lists them all, in the order of the list. */
+ * key lists them all ("page=, ..."), in the order of the list. */
 static void keys_list(void) {
   size_t nk = 0;
   const char *const *fields = NULL;
@@ -399,17 +422,17 @@ static void keys_list(void) {
   char expected[256] = "expected ";
   for (size_t k = 0; k < nk; k++) {
     char text[96];
-    snprintf(text, sizeof text, "arena:%s=4KiB", keys[k]);
+    snprintf(text, sizeof text, "arena:%s=4096", keys[k]); /* a size, and a whole period */
     int rc = cm_pools_parse(text, D, by_key, 1, &n, &diag);
     if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "\"%s\": %s", text, diag.message);
-    snprintf(text, sizeof text, "arena:%s=4KiB", fields[k]);
+    snprintf(text, sizeof text, "arena:%s=4096", fields[k]);
     rc = cm_pools_parse(text, D, by_field, 1, &n, &diag);
     if (rc != CM_OK) cm_test_fail(__FILE__, __LINE__, "\"%s\": %s", text, diag.message);
     if (same_fields(plain, by_key)) cm_test_fail(__FILE__, __LINE__, "%s= set nothing", keys[k]);
     if (!same_fields(by_key, by_field))
       cm_test_fail(__FILE__, __LINE__, "%s= and %s= differ", keys[k], fields[k]);
     size_t w = strlen(expected);
-    snprintf(expected + w, sizeof expected - w, "%s%s",
+    snprintf(expected + w, sizeof expected - w, "%s%s=",
              k == 0 ? "" : k + 1 == nk ? " or " : ", ", keys[k]);
   }
   EXPECT_PARSE_ERROR("arena:colour=1", expected);
@@ -464,6 +487,7 @@ int main(void) {
   CM_RUN(t74_exclusive_only_build);
   CM_RUN(parse_syntax);
   CM_RUN(parse_errors);
+  CM_RUN(parse_messages);
   CM_RUN(format_round_trip);
   CM_RUN(keys_list);
   return cm_test_finish();

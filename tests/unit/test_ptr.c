@@ -10,7 +10,7 @@
 
 #include "cm_test.h"
 #include "cubemem/ptr.h"
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 
 static cm_ptr_allocator_t *make(cm_ptr_sim_t *sim) {
   cm_ptr_config_t cfg;

@@ -1,6 +1,7 @@
-/* sbuf.c - the replay layer's growing string buffer (sbuf.h).
- * Exports: cm__sb_printf, cm__sb_xml_text, cm__utf8_char. */
-#include "replay/sbuf.h"
+/* sbuf.c - the text appenders of every text output (sbuf.h).
+ * Exports: cm__sb_printf, cm__sb_xml_text, cm__bprintf, cm__vbprintf,
+ * cm__utf8_char. */
+#include "base/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +32,20 @@ void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) {
     b->p = np;
     b->cap = ncap;
   }
+}
+
+size_t cm__vbprintf(char *buf, size_t cap, size_t len, const char *fmt, va_list ap) {
+  size_t room = len < cap ? cap - len : 0;
+  int n = vsnprintf(room ? buf + len : NULL, room, fmt, ap);
+  return n > 0 ? len + (size_t)n : len;
+}
+
+size_t cm__bprintf(char *buf, size_t cap, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  len = cm__vbprintf(buf, cap, len, fmt, ap);
+  va_end(ap);
+  return len;
 }
 
 size_t cm__utf8_char(const char *s, unsigned *cp) {

@@ -1,9 +1,12 @@
-/* sbuf.h - a growing string buffer for the replay layer's text outputs (the
- * SVG, the CSV of a snapshot): printf appends, a failed growth sets `oom` and
- * makes later appends no-ops, so callers check once at the end. Free `p`. */
-#ifndef CM_REPLAY_SBUF_H
-#define CM_REPLAY_SBUF_H
+/* sbuf.h - the text appenders of the tree (not installed): a growing string
+ * buffer for text outputs (the SVG, the CSV of a snapshot): printf appends,
+ * a failed growth sets `oom` and makes later appends no-ops, so callers
+ * check once at the end (free `p`); the bounded snprintf-style appender
+ * cm__bprintf; and the UTF-8 decoder. Not thread-safe per buffer. */
+#ifndef CM_BASE_SBUF_H
+#define CM_BASE_SBUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -23,6 +26,17 @@ void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) __attribute__((format(prin
  * control characters below U+0020 and U+FFFE / U+FFFF each become U+FFFD.
  * So any file name yields well-formed XML. */
 void cm__sb_xml_text(cm__sbuf *b, const char *s);
+
+/* The bounded appender of every display with snprintf semantics (the
+ * manager's and the pools' displays, the layout text, the pointer report):
+ * append printf-formatted text to buf[0..cap) at offset len, writing what
+ * fits (NUL-terminated when anything fits), and return len plus the full
+ * formatted length, so that the last return is the length needed. buf may
+ * be NULL when cap is 0. A formatting error adds nothing. */
+size_t cm__bprintf(char *buf, size_t cap, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+size_t cm__vbprintf(char *buf, size_t cap, size_t len, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /* The well-formed UTF-8 character at s (NUL-terminated): its length, 1 to
  * 4, with the code point in *cp; 0 when the bytes there are not a valid

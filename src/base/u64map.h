@@ -6,8 +6,8 @@
  * backward shift (no tombstones), so lookups stay short after churn.
  * Key 0 is reserved as "empty" and is never stored. Not thread-safe: callers
  * serialise access. */
-#ifndef CM_PTR_U64MAP_H
-#define CM_PTR_U64MAP_H
+#ifndef CM_BASE_U64MAP_H
+#define CM_BASE_U64MAP_H
 
 #include <stddef.h>
 #include <stdint.h>

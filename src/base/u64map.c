@@ -11,7 +11,7 @@
  * values are never stored.
  * Exports (internal): cm__u64map_init/free/get/put/remove/each.
  */
-#include "ptr/u64map.h"
+#include "base/u64map.h"
 
 #include <stdlib.h>
 #include <string.h>
