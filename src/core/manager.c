@@ -59,6 +59,9 @@ static __attribute__((noinline)) void take_reserved(cm_manager_t *m, cm__pool *p
   m->reserved_total = others + c.now;
 }
 
+void cm__manager_take_reserved(cm_manager_t *m, cm__pool *p) { take_reserved(m, p); }
+cm__pool *cm__manager_pool_of(cm_manager_t *m, const cm__slice *s) { return pool_of(m, s); }
+
 /* Destroy pool p, taking its reserved bytes out of the totals. */
 static void drop_pool(cm_manager_t *m, cm__pool *p) {
   take_reserved(m, p);
@@ -68,7 +71,6 @@ static void drop_pool(cm_manager_t *m, cm__pool *p) {
 
 /* ---- logging ----------------------------------------------------------------- */
 
-#define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)
 
 static void log_display(cm_manager_t *m, cm_log_level_t lvl, const char *prefix) {
   size_t need = cm_manager_display(m, NULL, 0);
@@ -235,6 +237,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   m->props = cfg->props;
   if (m->props.alignment == 0) m->props.alignment = 1;
   m->pm = cfg->persistent_memory;
+  m->relocate = cfg->relocate;
   m->debug_checks = cm_debug_level() >= 3;
   m->logger = cfg->logger;
   m->log_level = cm_logger_level(cfg->logger);
@@ -352,6 +355,8 @@ static void debug_check(cm_manager_t *m, const char *call) {
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
   if (!m) return;
   cm__manager_drain(m);
+  if (explicit_cleanup && m->relocate && !m->capturing && !m->dry_runs)
+    (void)cm__relocate(m, CM_RELOCATE_EXPLICIT, NULL, NULL); /* abandoned: nothing lost */
   cleanup_impl(m, explicit_cleanup, UINT64_MAX, m->npools);
   if (__builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_cleanup");
 }
@@ -408,8 +413,44 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
  * chunks, free pages, idle segments, free persistent slots), flush deferred
  * frees, and, when that gave anything back, try once more (logged at basic).
  * *d2 keeps the error that stands. */
+static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                  bool lazy, cm__slice **s, cm_diag_t *d2);
+static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                    bool lazy, cm__slice **s, cm_diag_t *d2);
+
 static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                bool lazy, cm__slice **s, cm_diag_t *d2) {
+  int rc = retry_after_release_only(m, p, size, eff, lazy, s, d2);
+  if (rc == CM_EOOM && m->relocate && !lazy)
+    rc = retry_after_relocation(m, p, size, eff, lazy, s, d2);
+  return rc;
+}
+
+/* Still out of memory after giving back every cached byte: with relocation
+ * enabled, compact live data into the room the pools hold (memory pressure:
+ * no new memory for targets), give back what emptied and try once more. */
+static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                  bool lazy, cm__slice **s, cm_diag_t *d2) {
+  cm_relocate_stats_t st;
+  if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) return CM_EOOM;
+  cleanup_impl(m, true, UINT64_MAX, m->npools);
+  *s = p->vt->try_reserve(p, size, eff);
+  if (*s) return CM_OK;
+  cm_diag_t d3;
+  cm_diag_clear(&d3);
+  int rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
+  take_reserved(m, p);
+  if (rc != CM_OK) *d2 = d3;
+  if (LOG_ON(m, CM_LOG_BASIC))
+    cm_logger_printf(m->logger, CM_LOG_BASIC,
+                     "[%s] Out of device memory: relocated %" PRIu64 " allocations (%" PRIu64
+                     " bytes copied) and retried: %s",
+                     m->name, st.moves, st.bytes_copied, rc == CM_OK ? "served" : "still out of memory");
+  return rc;
+}
+
+static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                    bool lazy, cm__slice **s, cm_diag_t *d2) {
   uint64_t before = m->reserved_total;
   bool deferred = cm__storage_pending(m->storage) != 0; /* frees the cleanup will flush */
   cleanup_impl(m, true, UINT64_MAX, m->npools);
@@ -653,8 +694,26 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
                         "offsets %" PRIu64 " + %" PRIu64 " exceed the allocation of %" PRIu64
                         " bytes",
                         offset_start, offset_end, h.size);
-  return cm_storage_get(m->storage, h.id, h.offset + offset_start,
-                        h.size - offset_start - offset_end, out, diag);
+  rc = cm_storage_get(m->storage, h.id, h.offset + offset_start,
+                      h.size - offset_start - offset_end, out, diag);
+  if (rc == CM_OK) { /* the caller keeps a raw address: guard the slice */
+    b.d->slice->guards++;
+    m->guards++;
+  }
+  return rc;
+}
+
+int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag) {
+  cm__slice *s = NULL;
+  int rc = lookup(m, b.d, &s, diag);
+  if (rc) return rc;
+  if (s->guards == 0)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "the allocation holds no guard: cm_manager_unguard releases one "
+                        "cm_manager_get_resource each");
+  s->guards--;
+  m->guards--;
+  return CM_OK;
 }
 
 static int bind_impl(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
@@ -817,6 +876,8 @@ struct cm_pins {
 
 void cm_manager_capture_begin(cm_manager_t *m) {
   if (!m) return;
+  if (!m->capturing && m->relocate && !m->dry_runs)
+    (void)cm__relocate(m, CM_RELOCATE_CAPTURE, NULL, NULL); /* abandoned: nothing lost */
   if (!m->capturing) {
     m->capturing = true;
     m->priming = true;

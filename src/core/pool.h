@@ -65,7 +65,26 @@ typedef struct cm__slice {
   uint8_t used;        /* handed out (non-free) */
   uint8_t mapped;      /* backed by storage (false while lazily reserved) */
   uint8_t touched;     /* capture: handed out during the current window */
+  /* raw addresses handed out (cm_manager_get_resource) and not yet released
+   * (cm_manager_unguard): relocation never moves the slice nor anything on
+   * its page (granules); reset when the slice is handed out again */
+  uint32_t guards;
 } cm__slice;
+
+/* Relocation (relocate.c): one planned move of a live slice to a target
+ * slice the pool reserved for it (taken out of the free structures, not
+ * counted as used by the pool: the manager marks it). */
+typedef struct cm__move {
+  cm__slice *src, *dst;
+} cm__move;
+
+typedef struct cm__moves {
+  cm__move *v;
+  size_t n, cap;
+} cm__moves;
+
+/* Append a move; CM_ENOMEM on host OOM (nothing appended). */
+int cm__moves_push(cm__moves *mv, cm__slice *src, cm__slice *dst);
 
 /* Pool entries. Only alloc, on_free (giving back a page that emptied, as an
  * adaptive pool's outdated pages do), take_free, cleanup, materialize and
@@ -109,6 +128,15 @@ typedef struct cm__pool_vt {
   void (*for_each)(cm__pool *p, void (*fn)(cm__slice *s, void *arg), void *arg);
   /* Release every storage allocation and detach every descriptor. */
   void (*destroy)(cm__pool *p);
+  /* Optional (NULL: the pool's slices never move). Relocation's plan: pick
+   * the pool's sparse units (arena granules, outdated pages) whose live,
+   * mapped, unguarded slices can all be moved to room outside them, reserve
+   * a target slice of each one's span and append (source, target) to `out`.
+   * A unit whose slices cannot all find a target keeps all of them (its
+   * targets are given back at once). `may_grow`: targets may take new
+   * memory; else only room the pool already holds. Errors: CM_ENOMEM (the
+   * moves appended so far stay valid). May change bytes_reserved (growth). */
+  int (*reloc_plan)(cm__pool *p, bool may_grow, cm__moves *out);
 } cm__pool_vt;
 
 struct cm__pool {
@@ -227,6 +255,7 @@ static inline void cm__pool_mark_used(cm__pool *p, cm__slice *s, uint64_t size) 
   s->size = size;
   s->padding = pad;
   s->used = 1;
+  s->guards = 0;
   cm__pool_asan_mark(p, s, size, false);
   p->usage.number_allocs++;
   p->usage.bytes_in_use += size;
