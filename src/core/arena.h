@@ -438,7 +438,7 @@ int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
  * returns the used block (mapped, counted in the granules, not in usage). */
 ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off);
 /* The arena's relocation plan (pool.h's reloc_plan; arena_reloc.c). */
-int cm__arena_reloc_plan(cm__pool *p, bool may_grow, cm__moves *out);
+int cm__arena_reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
 
 /* ---- arena_check.c ------------------------------------------------------------------- */
 

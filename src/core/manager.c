@@ -426,26 +426,34 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
   return rc;
 }
 
+/* Relocations tried for one request the device refused: each packs more
+ * of the live data, until the request fits or nothing more moves. */
+#define RELOCATE_ROUNDS 128
+
 /* Still out of memory after giving back every cached byte: with relocation
  * enabled, compact live data into the room the pools hold (memory pressure:
  * no new memory for targets), give back what emptied and try once more. */
 static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                   bool lazy, cm__slice **s, cm_diag_t *d2) {
-  cm_relocate_stats_t st;
-  if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) return CM_EOOM;
-  cleanup_impl(m, true, UINT64_MAX, m->npools);
-  *s = p->vt->try_reserve(p, size, eff);
-  if (*s) return CM_OK;
-  cm_diag_t d3;
-  cm_diag_clear(&d3);
-  int rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
-  take_reserved(m, p);
-  if (rc != CM_OK) *d2 = d3;
-  if (LOG_ON(m, CM_LOG_BASIC))
-    cm_logger_printf(m->logger, CM_LOG_BASIC,
-                     "[%s] Out of device memory: relocated %" PRIu64 " allocations (%" PRIu64
-                     " bytes copied) and retried: %s",
-                     m->name, st.moves, st.bytes_copied, rc == CM_OK ? "served" : "still out of memory");
+  int rc = CM_EOOM;
+  for (int round = 0; round < RELOCATE_ROUNDS && rc == CM_EOOM; round++) {
+    cm_relocate_stats_t st;
+    if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
+    cleanup_impl(m, true, UINT64_MAX, m->npools);
+    *s = p->vt->try_reserve(p, size, eff);
+    if (*s) return CM_OK;
+    cm_diag_t d3;
+    cm_diag_clear(&d3);
+    rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
+    take_reserved(m, p);
+    if (rc != CM_OK) *d2 = d3;
+    if (LOG_ON(m, CM_LOG_BASIC))
+      cm_logger_printf(m->logger, CM_LOG_BASIC,
+                       "[%s] Out of device memory: relocated %" PRIu64 " allocations (%" PRIu64
+                       " bytes copied) and retried: %s",
+                       m->name, st.moves, st.bytes_copied,
+                       rc == CM_OK ? "served" : "still out of memory");
+  }
   return rc;
 }
 

@@ -133,10 +133,12 @@ typedef struct cm__pool_vt {
    * mapped, unguarded slices can all be moved to room outside them, reserve
    * a target slice of each one's span and append (source, target) to `out`.
    * A unit whose slices cannot all find a target keeps all of them (its
-   * targets are given back at once). `may_grow`: targets may take new
-   * memory; else only room the pool already holds. Errors: CM_ENOMEM (the
-   * moves appended so far stay valid). May change bytes_reserved (growth). */
-  int (*reloc_plan)(cm__pool *p, bool may_grow, cm__moves *out);
+   * targets are given back at once). `why` says where targets may go
+   * (cm_relocate_reason_t: growth only for ARENA_FULL and CAPTURE; a pool
+   * may stay in held room anyway) and how eager the plan is. Errors:
+   * CM_ENOMEM (the moves appended so far stay valid). May change
+   * bytes_reserved (growth). */
+  int (*reloc_plan)(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
 } cm__pool_vt;
 
 struct cm__pool {

@@ -63,12 +63,12 @@ static void free_slice(cm_manager_t *m, cm__pool *p, cm__slice *s) {
 }
 
 /* Plan every pool's moves into mv; the targets are marked used. */
-static int plan(cm_manager_t *m, bool may_grow, cm__moves *mv) {
+static int plan(cm_manager_t *m, cm_relocate_reason_t why, cm__moves *mv) {
   for (size_t i = 0; i < m->npools; i++) {
     cm__pool *p = m->pools[i];
     if (!p->vt->reloc_plan) continue;
     size_t from = mv->n;
-    int rc = p->vt->reloc_plan(p, may_grow, mv);
+    int rc = p->vt->reloc_plan(p, why, mv);
     cm__manager_take_reserved(m, p);
     for (size_t k = from; k < mv->n; k++) {
       cm__slice *b = mv->v[k].dst;
@@ -123,11 +123,10 @@ static int relocate_run(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_s
     st->skipped = 1;
     return CM_OK;
   }
-  bool may_grow = why == CM_RELOCATE_ARENA_FULL || why == CM_RELOCATE_CAPTURE;
   cm__moves mv = {0};
   uint64_t before = m->reserved_total;
   st->runs = 1;
-  int rc = plan(m, may_grow, &mv);
+  int rc = plan(m, why, &mv);
   if (rc == CM_OK && mv.n) rc = copy_all(m, &mv, &st->bytes_copied, diag);
   if (rc != CM_OK) {
     abandon(m, &mv);
