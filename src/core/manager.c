@@ -507,6 +507,24 @@ static int reserve_dedicated(cm_manager_t *m, uint64_t size, uint64_t eff, bool 
   return hand_out(m, p, s, size, out, diag);
 }
 
+/* Memory pressure (relocation enabled): pool p is about to take a new page
+ * while it keeps outdated pages; when that page would leave the device less
+ * than another page of room (held + page > capacity - page), the last
+ * moment a copy still has somewhere to go, relocate into held room first. */
+static __attribute__((noinline, cold)) void relocate_before_page(cm_manager_t *m, cm__pool *p) {
+  if (!p->vt->reloc_plan || !p->vt->report) return;
+  cm_pool_report_t r;
+  memset(&r, 0, sizeof r);
+  p->vt->report(p, &r);
+  uint64_t free_b = 0, total = 0;
+  if (r.outdated_pages == 0 || cm_storage_mem_info(m->storage, &free_b, &total) != CM_OK ||
+      total == 0)
+    return;
+  uint64_t page = p->opts.page_size;
+  if (free_b >= page && free_b - page >= page) return; /* room for two more pages */
+  (void)cm__relocate(m, CM_RELOCATE_PRESSURE, NULL, NULL); /* abandoned: nothing lost */
+}
+
 /* A FORBIDDEN reservation found no held room. */
 static int no_held_room(cm_diag_t *diag, uint64_t size, const char *where) {
   return cm__diag_set(diag, CM_EBUSY,
@@ -573,6 +591,8 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);
     if (!may_add) continue; /* only held room: the next accepting pool's */
+    if (__builtin_expect(m->relocate, 0) && may_release && !lazy && !m->capturing)
+      relocate_before_page(m, p);
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);

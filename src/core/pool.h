@@ -185,6 +185,13 @@ cm__pool *cm__sliced_owner(const cm__slice *s);
 uint64_t cm__sliced_page_size(const cm__pool *p);
 bool cm__sliced_free_release(cm__pool *p, cm__slice *s);
 size_t cm__sliced_empty_pages(const cm__pool *p);
+/* The pages of sliced pool p, and their slices in address order (relocation
+ * walks an outdated pool page by page): the number of pages, the first
+ * slice of page i (NULL past the end), the slice after s in its page (NULL
+ * at its end). */
+size_t cm__sliced_pages(const cm__pool *p);
+cm__slice *cm__sliced_page_head(cm__pool *p, size_t i);
+cm__slice *cm__sliced_next(cm__slice *s);
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 

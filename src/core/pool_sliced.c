@@ -496,3 +496,15 @@ int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uin
   *out = &sp->base;
   return CM_OK;
 }
+
+size_t cm__sliced_pages(const cm__pool *p) { return ((const sliced_pool *)p)->npages; }
+
+cm__slice *cm__sliced_page_head(cm__pool *p, size_t i) {
+  sliced_pool *sp = SP(p);
+  return i < sp->npages && sp->pages[i]->head ? &sp->pages[i]->head->s : NULL;
+}
+
+cm__slice *cm__sliced_next(cm__slice *s) {
+  block *b = ((block *)s)->next;
+  return b ? &b->s : NULL;
+}

@@ -398,6 +398,130 @@ static void no_copy_support_refuses(void) {
   cm_manager_destroy(m);
 }
 
+/* ---- the Adaptive preset: outdated pages given back now ------------------------------ */
+
+static cm_manager_t *adaptive_manager(cm_storage_t *st, bool relocate) {
+  cm_manager_config_t cfg;
+  cm_manager_config_init(&cfg);
+  cfg.props.alignment = 512;
+  cfg.props.max_page_size = 64ull << 20;
+  cfg.preset = CM_PRESET_ADAPTIVE;
+  cfg.relocate = relocate;
+  cm_manager_t *m = NULL;
+  if (cm_manager_create(st, &cfg, &m, NULL) != CM_OK) return NULL;
+  return m;
+}
+
+#define ADAPTIVE_POOL 2
+
+static cm_pool_report_t adaptive_report(cm_manager_t *m) {
+  cm_pool_report_t r;
+  memset(&r, 0, sizeof r);
+  if (cm_manager_pool_report(m, ADAPTIVE_POOL, &r) != CM_OK) memset(&r, 0xff, sizeof r);
+  return r;
+}
+
+/* Slices of 256 KiB on 2 MiB pages, then a 3 MiB request that grows the
+ * page size: the 2 MiB pages are outdated and, with their slices live,
+ * stay; a relocation moves those slices to the current pages' room and the
+ * outdated pages go back at once. */
+static void adaptive_outdated_pages_go_back(void) {
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_storage_host_create(0, &st));
+  cm_manager_t *m = adaptive_manager(st, false);
+  ASSERT(m != NULL);
+  cm_handle_t small[4], big;
+  uint64_t S = 256 << 10;
+  for (int i = 0; i < 4; i++) {
+    ASSERT_OK(cm_manager_reserve(m, S, &small[i], NULL));
+    cm_resource_t r;
+    cm_binding_t b = cm_handle_binding(small[i]);
+    ASSERT_OK(cm_manager_get_resource(m, b, 0, 0, &r, NULL));
+    ASSERT_OK(cm_manager_unguard(m, b, NULL));
+    cm_binding_release(b);
+    memset(r.host, 0x40 + i, S);
+  }
+  ASSERT_OK(cm_manager_reserve(m, 3ull << 20, &big, NULL));
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 1);
+  cm_relocate_stats_t rs;
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, NULL));
+  EXPECT_EQ(rs.moves, 4);
+  EXPECT_EQ(rs.bytes_copied, 4 * S);
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 0);
+  EXPECT_EQ(adaptive_report(m).outdated_pools, 0);
+  EXPECT_GT(rs.bytes_released, 0);
+  for (int i = 0; i < 4; i++) {
+    cm_resource_t r;
+    cm_binding_t b = cm_handle_binding(small[i]);
+    ASSERT_OK(cm_manager_get_resource(m, b, 0, 0, &r, NULL));
+    ASSERT_OK(cm_manager_unguard(m, b, NULL));
+    cm_binding_release(b);
+    EXPECT_EQ(((unsigned char *)r.host)[0], 0x40 + i);
+    EXPECT_EQ(((unsigned char *)r.host)[S - 1], 0x40 + i);
+  }
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  /* nothing outdated is left: the next relocation moves nothing, the one
+   * after that is not planned */
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, NULL));
+  EXPECT_EQ(rs.moves, 0);
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, NULL));
+  EXPECT_EQ(rs.skipped, 1);
+  for (int i = 0; i < 4; i++) cm_handle_release(small[i]);
+  cm_handle_release(big);
+  cm_manager_destroy(m);
+}
+
+/* A guarded slice keeps its whole outdated page. */
+static void adaptive_guard_holds_page(void) {
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_storage_host_create(0, &st));
+  cm_manager_t *m = adaptive_manager(st, false);
+  ASSERT(m != NULL);
+  cm_handle_t small[2], big;
+  for (int i = 0; i < 2; i++) ASSERT_OK(cm_manager_reserve(m, 256 << 10, &small[i], NULL));
+  cm_resource_t r;
+  cm_binding_t b = cm_handle_binding(small[1]);
+  ASSERT_OK(cm_manager_get_resource(m, b, 0, 0, &r, NULL)); /* guarded */
+  ASSERT_OK(cm_manager_reserve(m, 3ull << 20, &big, NULL));
+  cm_relocate_stats_t rs;
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, NULL));
+  EXPECT_EQ(rs.moves, 0); /* small[0] shares the guarded page: it stays too */
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 1);
+  ASSERT_OK(cm_manager_unguard(m, b, NULL));
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, NULL));
+  EXPECT_EQ(rs.moves, 2);
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 0);
+  cm_binding_release(b);
+  for (int i = 0; i < 2; i++) cm_handle_release(small[i]);
+  cm_handle_release(big);
+  cm_manager_destroy(m);
+}
+
+/* Memory pressure: with relocation on, a new page that would leave the
+ * device less than another page of room first empties the outdated pages. */
+static void adaptive_pressure_triggers(void) {
+  cm_storage_t *st = NULL;
+  uint64_t MiB = 1ull << 20;
+  ASSERT_OK(cm_storage_sim_create(12 * MiB, true, 0, &st));
+  cm_manager_t *m = adaptive_manager(st, true);
+  ASSERT(m != NULL);
+  cm_handle_t small, big, more;
+  ASSERT_OK(cm_manager_reserve(m, 256 << 10, &small, NULL)); /* 2 MiB page */
+  ASSERT_OK(cm_manager_reserve(m, 3 * MiB, &big, NULL));     /* 4 MiB page; 2 MiB outdated */
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 1);
+  /* the next 4 MiB page would leave 2 MiB of 12: less than a page */
+  ASSERT_OK(cm_manager_reserve(m, 3 * MiB, &more, NULL));
+  cm_relocate_stats_t tot;
+  cm_manager_relocate_totals(m, &tot);
+  EXPECT_EQ(tot.moves, 1);
+  EXPECT_EQ(adaptive_report(m).outdated_pages, 0);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_handle_release(small);
+  cm_handle_release(big);
+  cm_handle_release(more);
+  cm_manager_destroy(m);
+}
+
 int main(void) {
   CM_RUN(host_copy_copies_bytes);
   CM_RUN(sim_copy_refuses_unmapped);
@@ -409,5 +533,8 @@ int main(void) {
   CM_RUN(capture_start_triggers);
   CM_RUN(pressure_triggers);
   CM_RUN(no_copy_support_refuses);
+  CM_RUN(adaptive_outdated_pages_go_back);
+  CM_RUN(adaptive_guard_holds_page);
+  CM_RUN(adaptive_pressure_triggers);
   return cm_test_finish();
 }
