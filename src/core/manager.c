@@ -104,6 +104,13 @@ static void log_pools(cm_manager_t *m) {
 
 /* ---- slices handed out / freed ----------------------------------------------- */
 
+/* A guarded slice is freed: its guards go with it. */
+static __attribute__((noinline, cold)) void guard_drop(cm_manager_t *m, cm__pool *p, cm__slice *s) {
+  if (m->relocate && p->vt->guard) p->vt->guard(p, s, -(int64_t)s->guards);
+  m->guards -= s->guards < m->guards ? s->guards : m->guards;
+  s->guards = 0;
+}
+
 void cm__manager_drain(cm_manager_t *m) {
   cm_desc_t *d = cm__inbox_take(&m->inbox);
   while (d) {
@@ -111,6 +118,7 @@ void cm__manager_drain(cm_manager_t *m) {
     cm__slice *s = d->slice;
     if (cm__desc_drained(d) && s && s->used) {
       cm__pool *p = pool_of(m, s);
+      if (__builtin_expect(s->guards != 0, 0)) guard_drop(m, p, s);
       cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
       /* a release may give a page back (an adaptive pool's outdated ones) */
@@ -725,8 +733,11 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
   rc = cm_storage_get(m->storage, h.id, h.offset + offset_start,
                       h.size - offset_start - offset_end, out, diag);
   if (rc == CM_OK) { /* the caller keeps a raw address: guard the slice */
-    b.d->slice->guards++;
+    cm__slice *s = b.d->slice;
+    cm__pool *p = pool_of(m, s);
+    s->guards++;
     m->guards++;
+    if (m->relocate && p->vt->guard) p->vt->guard(p, s, 1);
   }
   return rc;
 }
@@ -741,6 +752,8 @@ int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag) {
                         "cm_manager_get_resource each");
   s->guards--;
   m->guards--;
+  cm__pool *p = pool_of(m, s);
+  if (m->relocate && p->vt->guard) p->vt->guard(p, s, -1);
   return CM_OK;
 }
 

@@ -139,6 +139,10 @@ typedef struct cm__pool_vt {
    * CM_ENOMEM (the moves appended so far stay valid). May change
    * bytes_reserved (growth). */
   int (*reloc_plan)(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
+  /* Optional: used slice s gained (delta > 0) or lost guards (raw addresses
+   * handed out); a pool whose guarded pages serve no new reservation counts
+   * them. NULL: guards only keep relocation away. */
+  void (*guard)(cm__pool *p, cm__slice *s, int64_t delta);
 } cm__pool_vt;
 
 struct cm__pool {
@@ -190,6 +194,8 @@ size_t cm__sliced_empty_pages(const cm__pool *p);
  * slice of page i (NULL past the end), the slice after s in its page (NULL
  * at its end). */
 size_t cm__sliced_pages(const cm__pool *p);
+/* The sliced pool's guard entry (pool.h's vt->guard), for the adaptive pool. */
+void cm__sliced_guard(cm__pool *p, cm__slice *s, int64_t delta);
 cm__slice *cm__sliced_page_head(cm__pool *p, size_t i);
 cm__slice *cm__sliced_next(cm__slice *s);
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

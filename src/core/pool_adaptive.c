@@ -464,6 +464,11 @@ static int reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out) {
   return rc;
 }
 
+static void guard(cm__pool *p, cm__slice *s, int64_t delta) {
+  gen *g = gen_of(AP(p), s, NULL);
+  if (g) cm__sliced_guard(g->p, s, delta);
+}
+
 static const cm__pool_vt k_adaptive_vt = {
     .name = "adaptive",
     .accept = accept,
@@ -480,6 +485,7 @@ static const cm__pool_vt k_adaptive_vt = {
     .for_each = for_each,
     .destroy = destroy,
     .reloc_plan = reloc_plan,
+    .guard = guard,
 };
 
 int cm__pool_adaptive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

@@ -497,6 +497,44 @@ static void adaptive_guard_holds_page(void) {
   cm_manager_destroy(m);
 }
 
+static uint32_t page_of(cm_manager_t *m, cm_handle_t h) {
+  cm_location_t loc;
+  cm_binding_t b = cm_handle_binding(h);
+  int rc = cm_manager_find(m, b, &loc, NULL);
+  cm_binding_release(b);
+  return rc == CM_OK ? loc.page : UINT32_MAX;
+}
+
+/* With relocation enabled, a guarded page serves no new reservation until
+ * the guard drops (without it, guards only keep relocation away). */
+static void guarded_page_serves_nothing(void) {
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, false, 0, &st));
+  cm_manager_t *m = adaptive_manager(st, true);
+  ASSERT(m != NULL);
+  cm_handle_t a, b, c, d;
+  ASSERT_OK(cm_manager_reserve(m, 256 << 10, &a, NULL));
+  cm_binding_t ba = cm_handle_binding(a);
+  cm_resource_t r;
+  ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+  ASSERT_OK(cm_manager_reserve(m, 256 << 10, &b, NULL));
+  EXPECT_NE(page_of(m, b), page_of(m, a)); /* a's page has room, but is guarded */
+  ASSERT_OK(cm_manager_unguard(m, ba, NULL));
+  ASSERT_OK(cm_manager_reserve(m, 256 << 10, &c, NULL));
+  EXPECT_EQ(page_of(m, c), page_of(m, a)); /* served again */
+  /* freeing a guarded slice drops its guards with it */
+  ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+  cm_binding_release(ba);
+  cm_handle_release(a);
+  ASSERT_OK(cm_manager_reserve(m, 256 << 10, &d, NULL));
+  EXPECT_EQ(page_of(m, d), page_of(m, c));
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_handle_release(b);
+  cm_handle_release(c);
+  cm_handle_release(d);
+  cm_manager_destroy(m);
+}
+
 /* Memory pressure: with relocation on, a new page that would leave the
  * device less than another page of room first empties the outdated pages. */
 static void adaptive_pressure_triggers(void) {
@@ -536,5 +574,6 @@ int main(void) {
   CM_RUN(adaptive_outdated_pages_go_back);
   CM_RUN(adaptive_guard_holds_page);
   CM_RUN(adaptive_pressure_triggers);
+  CM_RUN(guarded_page_serves_nothing);
   return cm_test_finish();
 }
