@@ -435,8 +435,9 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 }
 
 /* Relocations tried for one request the device refused: each packs more
- * of the live data, until the request fits or nothing more moves. */
-#define RELOCATE_ROUNDS 128
+ * of the live data, until the request fits, nothing more moves, or the
+ * copies reach RELOCATE_BUDGET times the memory held. */
+#define RELOCATE_BUDGET 1
 
 /* Still out of memory after giving back every cached byte: with relocation
  * enabled, compact live data into the room the pools hold (memory pressure:
@@ -444,9 +445,11 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                   bool lazy, cm__slice **s, cm_diag_t *d2) {
   int rc = CM_EOOM;
-  for (int round = 0; round < RELOCATE_ROUNDS && rc == CM_EOOM; round++) {
+  uint64_t budget = RELOCATE_BUDGET * m->reserved_total, copied = 0;
+  while (rc == CM_EOOM && copied <= budget) {
     cm_relocate_stats_t st;
     if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
+    copied += st.bytes_copied;
     cleanup_impl(m, true, UINT64_MAX, m->npools);
     *s = p->vt->try_reserve(p, size, eff);
     if (*s) return CM_OK;
