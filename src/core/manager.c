@@ -118,7 +118,7 @@ void cm__manager_drain(cm_manager_t *m) {
     cm__slice *s = d->slice;
     if (cm__desc_drained(d) && s && s->used) {
       cm__pool *p = pool_of(m, s);
-      if (__builtin_expect(s->guards != 0, 0)) guard_drop(m, p, s);
+      if (__builtin_expect(s->used & CM__USED_GUARDED, 0)) guard_drop(m, p, s);
       cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
       /* a release may give a page back (an adaptive pool's outdated ones) */
@@ -739,6 +739,7 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
     cm__slice *s = b.d->slice;
     cm__pool *p = pool_of(m, s);
     s->guards++;
+    s->used |= CM__USED_GUARDED;
     m->guards++;
     if (m->relocate && p->vt->guard) p->vt->guard(p, s, 1);
   }
@@ -755,6 +756,7 @@ int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag) {
                         "cm_manager_get_resource each");
   s->guards--;
   m->guards--;
+  if (!s->guards) s->used &= (uint8_t)~CM__USED_GUARDED;
   cm__pool *p = pool_of(m, s);
   if (m->relocate && p->vt->guard) p->vt->guard(p, s, -1);
   return CM_OK;

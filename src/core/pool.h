@@ -62,14 +62,19 @@ typedef struct cm__slice {
   uint64_t cursor;     /* stream cursor stored at bind */
   uint32_t index;      /* slot index (direct/persistent/exclusive), 0 otherwise */
   uint8_t pool;        /* routing position; CM_PERSISTENT_POOL for persistent */
-  uint8_t used;        /* handed out (non-free) */
+  uint8_t used;        /* handed out (non-free): 1, with CM__USED_GUARDED while guarded */
   uint8_t mapped;      /* backed by storage (false while lazily reserved) */
   uint8_t touched;     /* capture: handed out during the current window */
   /* raw addresses handed out (cm_manager_get_resource) and not yet released
    * (cm_manager_unguard): relocation never moves the slice nor anything on
-   * its page (granules); reset when the slice is handed out again */
+   * its page (granules); 0 on a free slice (the release that frees a
+   * guarded slice drops its guards) */
   uint32_t guards;
 } cm__slice;
+
+/* cm__slice.used: also set while the slice holds guards (so the release
+ * that frees it tests one byte it reads anyway). */
+#define CM__USED_GUARDED 2u
 
 /* Relocation (relocate.c): one planned move of a live slice to a target
  * slice the pool reserved for it (taken out of the free structures, not
@@ -270,7 +275,6 @@ static inline void cm__pool_mark_used(cm__pool *p, cm__slice *s, uint64_t size) 
   s->size = size;
   s->padding = pad;
   s->used = 1;
-  s->guards = 0;
   cm__pool_asan_mark(p, s, size, false);
   p->usage.number_allocs++;
   p->usage.bytes_in_use += size;

@@ -112,7 +112,7 @@ static void commit_one(cm_manager_t *m, cm__slice *a, cm__slice *b) {
   db->slice = a;
   b->cursor = a->cursor;
   b->touched = a->touched;
-  b->guards = a->guards;
+  b->guards = a->guards; /* 0: a guarded slice never moves */
   free_slice(m, cm__manager_pool_of(m, a), a);
 }
 
