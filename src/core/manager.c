@@ -437,7 +437,7 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 /* Relocations tried for one request the device refused: each packs more
  * of the live data, until the request fits, nothing more moves, or the
  * copies reach RELOCATE_BUDGET times the memory held. */
-#define RELOCATE_BUDGET 1
+#define RELOCATE_BUDGET 2
 
 /* Still out of memory after giving back every cached byte: with relocation
  * enabled, compact live data into the room the pools hold (memory pressure:

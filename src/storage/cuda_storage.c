@@ -284,7 +284,7 @@ static void storage_release(void *ctx) {
  * driver checks the mapping itself: its refusal is reported as CM_EINVAL). */
 static int copy_addr(cuda_storage *s, uint64_t id, uint64_t off, uint64_t size,
                      CUdeviceptr *out, cm_diag_t *diag) {
-  cm_resource_t r;
+  cm_resource_t r = {0, NULL, 0};
   int rc = storage_get(s, id, off, size, &r, diag);
   if (rc == CM_OK) *out = (CUdeviceptr)r.addr;
   return rc;
