@@ -360,6 +360,8 @@ static void debug_check(cm_manager_t *m, const char *call) {
   abort();
 }
 
+void cm__manager_debug_check(cm_manager_t *m, const char *call) { debug_check(m, call); }
+
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
   if (!m) return;
   cm__manager_drain(m);

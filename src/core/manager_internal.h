@@ -74,6 +74,9 @@ int cm__relocate(struct cm_manager *m, cm_relocate_reason_t why, cm_relocate_sta
                  cm_diag_t *diag);
 /* A take of pool p's reserved-bytes change into the manager's totals. */
 void cm__manager_take_reserved(struct cm_manager *m, cm__pool *p);
+/* Debug level 3: check every invariant after `call`; abort on a violation
+ * (reported through the logger, else stderr). */
+void cm__manager_debug_check(struct cm_manager *m, const char *call);
 /* The pool holding slice s. */
 cm__pool *cm__manager_pool_of(struct cm_manager *m, const cm__slice *s);
 

@@ -23,7 +23,6 @@
  * same shape plans nothing.
  */
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,15 +182,7 @@ int cm_manager_relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_s
   if (out) memset(out, 0, sizeof *out);
   if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
   int rc = cm__relocate(m, why, out, diag);
-  if (__builtin_expect(m->debug_checks, 0)) {
-    cm_diag_t d;
-    cm_diag_clear(&d);
-    if (cm_manager_check(m, &d)) {
-      fprintf(stderr, "cubemem: debug level 3: invariant violation after cm_manager_relocate: %s\n",
-              d.message); /* asked for by the debug level */
-      abort();
-    }
-  }
+  if (__builtin_expect(m->debug_checks, 0)) cm__manager_debug_check(m, "cm_manager_relocate");
   return rc;
 }
 
