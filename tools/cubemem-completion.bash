@@ -31,8 +31,8 @@ _cubemem() {
   esac
   local opts
   case $cmd in
-    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --skip-bad-lines --device --snapshot-device --snapshot-free-on --snapshot-start --merge-streams --torch-conf --no-progress --help" ;;
-    fit) opts="--pools --gpus --reserve --device-memory --alignment --persistent-memory --config --no-config --merge-streams --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --torch-conf --json --skip-bad-lines --no-progress --help" ;;
+    replay) opts="--device-memory --alignment --pools --config --no-config --persistent-memory --repeat --runs --driver-costs --json --svg --html --fit --relocate --copy-bandwidth --skip-bad-lines --device --snapshot-device --snapshot-free-on --snapshot-start --merge-streams --torch-conf --no-progress --help" ;;
+    fit) opts="--pools --gpus --reserve --device-memory --alignment --persistent-memory --config --no-config --merge-streams --snapshot-device --snapshot-free-on --grid --confirm --driver-costs --torch-conf --relocate --json --skip-bad-lines --no-progress --help" ;;
     plan) opts="--device-memory --alignment --pools --config --no-config --snapshot-device --snapshot-free-on --driver-costs --skip-bad-lines --help" ;;
     check-config) opts="--lenient --help" ;;
     *) opts="--help" ;;

@@ -2,8 +2,8 @@
  * cubemem/faulty.h - a fault-injecting storage decorator for tests.
  *
  * cm_storage_faulty_create() wraps any storage and forwards every call to it,
- * except that the calls that obtain memory - alloc and vm_map, plus vm_reserve
- * when asked - fail according to a plan: only the Nth such call, the Nth and
+ * except that the calls that obtain memory - alloc and vm_map, plus vm_reserve,
+ * copy and copy_wait when asked - fail according to a plan: only the Nth such call, the Nth and
  * every later one, or each call at random with a fixed seed. An injected
  * failure returns the configured status (CM_EOOM or CM_ESTORAGE), fills diag
  * with a message naming the call number, and does not reach the inner
@@ -40,6 +40,10 @@ typedef enum cm_fault_mode {
 #define CM_FAULT_OP_ALLOC 0x1u
 #define CM_FAULT_OP_VM_MAP 0x2u
 #define CM_FAULT_OP_VM_RESERVE 0x4u
+/* Device-to-device copies (relocation): a refused copy, a failed wait. Not
+ * in the default mask: ask for them. */
+#define CM_FAULT_OP_COPY 0x8u
+#define CM_FAULT_OP_COPY_WAIT 0x10u
 #define CM_FAULT_OP_DEFAULT (CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP)
 
 typedef struct cm_fault_plan {

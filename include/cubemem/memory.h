@@ -92,7 +92,7 @@ CM_API uint64_t cm_binding_id(cm_binding_t b);
  * none; 1 a warning through the owning manager's logger (stderr when it has
  * none); 2 the same, then abort(); 3 also runs cm_manager_check after every
  * mutating manager call (reserve, reserve_restricted, bind, install_pools,
- * cleanup, capture_end, dry_run_end) of managers created at that level, and aborts with the first
+ * cleanup, capture_end, dry_run_end, relocate) of managers created at that level, and aborts with the first
  * violation's message (slow: for tests; CI runs the unit suite at it). It
  * starts as the environment variable CM_DEBUG (read once, on first use), and
  * cm_debug_set_level overrides it.
@@ -274,6 +274,11 @@ typedef struct cm_manager_config {
    * cm_alloc_mode_t given explicitly (auxiliary managers pass CM_MODE_AUTO). */
   int initial_mode;
   cm_logger_t *logger; /* borrowed, may be NULL; must outlive the manager */
+  /* Relocation of live data (docs/relocation.md; cm_manager_relocate): when
+   * true the manager also relocates on its own at explicit cleanups, when
+   * the device refuses memory, and when a graph capture begins. Off by
+   * default: nothing moves and every figure stays as without it. */
+  bool relocate;
 } cm_manager_config_t;
 
 /* Defaults: name "Memory", props {max_page_size 128 MiB, alignment 32}, preset
@@ -375,6 +380,65 @@ CM_API cm_alloc_mode_t cm_manager_mode(const cm_manager_t *m);
  * CM_EINVAL, CM_ENOMEM. The old layout stays on error. */
 CM_API CM_NODISCARD int cm_manager_install_pools(cm_manager_t *m, const cm_pool_options_t *pools,
                                                  size_t n, cm_diag_t *diag);
+
+/* ---- relocation of live data and guards (docs/relocation.md) --------------- */
+
+/* Why a relocation runs; it decides where targets may go. */
+typedef enum cm_relocate_reason {
+  CM_RELOCATE_EXPLICIT = 0, /* an explicit call or cleanup: only room already held */
+  CM_RELOCATE_PRESSURE = 1, /* the device is (nearly) out of memory: only room already held */
+  CM_RELOCATE_ARENA_FULL = 2, /* no room for another pool: targets may take new memory */
+  CM_RELOCATE_CAPTURE = 3,  /* a graph capture begins: targets may take new memory */
+} cm_relocate_reason_t;
+
+/* What relocations did (one run, or a manager's totals). */
+typedef struct cm_relocate_stats {
+  uint64_t runs;         /* relocations planned */
+  uint64_t moves;        /* live slices moved */
+  uint64_t bytes_copied; /* bytes copied device to device (each counted once) */
+  uint64_t abandoned;    /* relocations abandoned (a refused copy or a failed wait) */
+  uint64_t skipped;      /* triggers that planned nothing: the pools kept the shape
+                          * in which the last relocation found nothing to move */
+  uint64_t bytes_released; /* reserved bytes the manager held less after the moves */
+} cm_relocate_stats_t;
+
+/* Move live slices off sparsely used units so those units can go back to
+ * the device: the default arena's granules shared by few small blocks, an
+ * adaptive pool's outdated pages. Plan (targets reserved, in room already
+ * held unless `why` allows growth), copy every move's bytes through the
+ * storage (cm_storage_copy), wait once, then commit: each handle and
+ * binding now refers to the target (cm_manager_find, get_storage and
+ * get_resource answer the new place) and the sources are free. Guarded
+ * slices (below) and the granules or pages they sit on never move; nor do
+ * persistent or dedicated reservations. After the moves the pools give back
+ * what emptied as they do on release (an explicit cleanup gives back
+ * everything free). A relocation that moved nothing is not planned again
+ * until the pools change shape (reserved bytes, pages, guards): *out then
+ * says skipped. Works whether or not the config enabled relocation.
+ * Errors: CM_EINVAL (NULL manager), CM_ENOTSUP (the storage cannot copy),
+ * CM_EBUSY (a graph capture or a dry run is open), CM_ENOMEM, and a refused
+ * copy or failed wait (the storage's status): then the relocation is
+ * abandoned and nothing is lost: every allocation keeps its place and its
+ * bytes, the targets are free again. `out` (may be NULL) gets this run's
+ * figures. Same threading as every manager call. */
+CM_API CM_NODISCARD int cm_manager_relocate(cm_manager_t *m, cm_relocate_reason_t why,
+                                            cm_relocate_stats_t *out, cm_diag_t *diag);
+/* Totals of every relocation of the manager so far. Zeros for NULL. */
+CM_API void cm_manager_relocate_totals(const cm_manager_t *m, cm_relocate_stats_t *out);
+
+/* Guards. cm_manager_get_resource hands out a raw address: it also takes a
+ * guard on the slice, which holds the slice and its page (an arena's
+ * granules) in place until released with cm_manager_unguard (one call per
+ * get_resource) or until the slice is freed. Relocation never moves a
+ * guarded slice nor anything sharing its page or granules; with relocation
+ * enabled in the config, a guarded page of a sliced or adaptive pool also
+ * serves no new reservation (so it can empty), while the arena's guarded
+ * granules still serve reservations (see docs/relocation.md). A captured
+ * graph's pins are persistent reservations, which never move. The pointer
+ * API (ptr.h) keeps the address of each allocation: its allocations are
+ * guarded for their whole life. Errors: as cm_manager_find; CM_EINVAL when
+ * the slice holds no guard. */
+CM_API CM_NODISCARD int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag);
 
 /* ---- graph capture (spec §5.8) and dry runs (spec §6) ---------------------- */
 

@@ -140,6 +140,23 @@ typedef struct cm_storage_ops {
   /* The time spent in each kind of driver call so far (cumulative, zero
    * while timing never was on). Called from any thread (cm_storage_stats). */
   void (*call_times)(void *ctx, cm_call_times_t *out);
+
+  /* --- optional: device-to-device copies (relocation of live data) --------
+   * copy enqueues a copy of `size` bytes (size > 0) from [src_off,
+   * src_off+size) of allocation or reservation `src_id` to [dst_off,
+   * dst_off+size) of `dst_id` on the storage's copy queue (CUDA: the
+   * storage's stream, cuMemcpyDtoDAsync). Every byte of both ranges must be
+   * inside its allocation or reservation and mapped with read-write access,
+   * and the two ranges must not overlap; else CM_EINVAL (CM_EHANDLE for an
+   * unknown id) with a message, and nothing is enqueued. The copy may not
+   * have happened when the call returns: copy_wait blocks until every copy
+   * enqueued so far has landed (CUDA: cuEventRecord + cuEventSynchronize).
+   * Errors of copy_wait: CM_ESTORAGE (the device failed; the destination
+   * bytes are undefined, the sources are intact). A backend without `copy`
+   * cannot relocate (cm_manager_relocate refuses with CM_ENOTSUP). */
+  int (*copy)(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id, uint64_t src_off,
+              uint64_t size, cm_diag_t *diag);
+  int (*copy_wait)(void *ctx, cm_diag_t *diag);
 } cm_storage_ops_t;
 
 typedef struct cm_storage cm_storage_t;
@@ -177,6 +194,11 @@ typedef struct cm_storage_stats {
   /* Time (timing on) by kind of driver call, from the backend's call_times
    * (zeros without one: the simulated device, host memory). */
   cm_call_times_t call_ns;
+  /* Device-to-device copies (relocation): copies enqueued, their bytes (each
+   * byte copied counts once, although it is read once and written once),
+   * waits for them, and copy or wait calls that failed. */
+  uint64_t copies, bytes_copied, copy_waits, copy_failures;
+  uint64_t time_copy_ns; /* time (timing on) in copy and copy_wait calls */
 } cm_storage_stats_t;
 
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns
@@ -223,6 +245,16 @@ CM_API int cm_storage_event_query(cm_storage_t *s, void *event);
 CM_API int cm_storage_event_sync(cm_storage_t *s, void *event);
 /* Destroy an event (NULL ok). */
 CM_API void cm_storage_event_destroy(cm_storage_t *s, void *event);
+
+/* Whether the backend can copy device memory (copy and copy_wait). */
+CM_API bool cm_storage_can_copy(const cm_storage_t *s);
+/* Enqueue a copy and wait for every enqueued copy (see the ops' contract).
+ * Counted in the statistics (copies, bytes_copied, copy_waits,
+ * copy_failures). Errors: CM_ENOTSUP (no copy support), the backend's. */
+CM_API CM_NODISCARD int cm_storage_copy(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off,
+                                        uint64_t src_id, uint64_t src_off, uint64_t size,
+                                        cm_diag_t *diag);
+CM_API CM_NODISCARD int cm_storage_copy_wait(cm_storage_t *s, cm_diag_t *diag);
 
 /* ---- built-in storages --------------------------------------------------- */
 

@@ -52,6 +52,7 @@ typedef struct fit_opts {
   bool free_on_requested;   /* --snapshot-free-on requested */
   bool json, skip_bad, progress;
   bool side_by_side;        /* no --pools: default, pytorch, pytorch-expandable */
+  bool relocate;            /* --relocate: the managers relocate live data */
   uint64_t reserve;         /* --reserve: kept back on every GPU */
   cli_gpu_list_t gpus;      /* --gpus, or the built-in list */
   const char **traces;
@@ -104,6 +105,8 @@ static void fit_usage(FILE *out) {
           "  --snapshot-free-on E   completed (default) | requested\n"
           "  --grid SIZE            search grid (default 2MiB)\n"
           "  --confirm N            larger capacities replayed to confirm (default 7)\n"
+          "  --relocate             model a handle-based runtime: the managers relocate live\n"
+          "                         data when the device refuses memory (docs/relocation.md)\n"
           "  --json                 one JSON object per (trace, layout) line\n"
           "  --skip-bad-lines       skip (and count) malformed trace lines\n"
           "  --no-progress          never print the progress line\n"
@@ -130,6 +133,8 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
       return -1;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
+    } else if (!strcmp(a, "--relocate")) {
+      o->relocate = true;
     } else if (!strcmp(a, "--skip-bad-lines")) {
       o->skip_bad = true;
     } else if (!strcmp(a, "--no-progress")) {
@@ -215,7 +220,7 @@ static int fit_parse_args(int argc, char **argv, fit_opts_t *o) {
           "--pools", "--device-memory", "--alignment", "--persistent-memory", "--grid",
           "--confirm", "--driver-costs", "--config", "--no-config", "--merge-streams", "--snapshot-device", "--snapshot-free-on",
           "--torch-conf", "--gpus", "--reserve", "--json", "--skip-bad-lines", "--no-progress",
-          "--help"};
+          "--relocate", "--help"};
       return cli_unknown_option("fit", a, all, sizeof all / sizeof all[0]);
     } else {
       o->traces[o->trace_count++] = a;
@@ -468,6 +473,7 @@ int cm_cli_fit(int argc, char **argv) {
       mc.pools = pools[l];
       mc.pool_count = counts[l];
       mc.persistent_memory = cfg.persistent_memory;
+      mc.relocate = o.relocate;
       cm_fit_options_t fo;
       cm_fit_options_init(&fo);
       fo.grid = o.grid;

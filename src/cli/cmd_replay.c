@@ -76,6 +76,12 @@ static void usage(FILE *out) {
           "                         device (what the trace left live is freed between runs,\n"
           "                         like a second epoch) and report each run's driver calls\n"
           "                         and modelled driver time (default 1)\n"
+          "  --relocate             model a handle-based runtime: the managers relocate live\n"
+          "                         data (docs/relocation.md); reports moves, bytes copied\n"
+          "                         and the modelled copy time\n"
+          "  --copy-bandwidth GBPS  device memory bandwidth for that copy time, in GB/s\n"
+          "                         (default 2039, an A100 80GB; H100 SXM: 3350); a copy of\n"
+          "                         N bytes moves 2N bytes (read and write)\n"
           "  --driver-costs C       the driver-time model: a100 (default), fast, or a TOML\n"
           "                         file with a [driver_costs] table (see docs/replay.md)\n"
           "  --json                 one JSON object per (trace, layout) line\n"
@@ -198,6 +204,7 @@ static cm_manager_config_t layout_config(const env_t *env, const layout_t *lay) 
   mc.pools = lay->pools;
   mc.pool_count = lay->count;
   mc.persistent_memory = env->cfg->persistent_memory;
+  mc.relocate = env->o->relocate;
   return mc;
 }
 
@@ -233,7 +240,7 @@ static int replay_streams(const env_t *env, const layout_t *lay, const cm_trace_
  * layout from a snapshot's starting state, its blocks that found no room. */
 static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *t,
                        const cm_replay_options_t *ro, cm_replay_result_t *res,
-                       uint64_t *unplaced, cm_diag_t *d) {
+                       uint64_t *unplaced, cm_relocate_stats_t *rel, cm_diag_t *d) {
   cm_storage_t *st = NULL;
   uint64_t cap = env->capacity;
   int rc = make_storage(env->o->device, &cap, env->cfg->cuda_allocator, &st, d);
@@ -249,6 +256,7 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
   rc = manager_on(env, lay, st, &m, d);
   if (rc) return rc;
   rc = cm_replay_run(t, m, ro, res, d);
+  if (rel) cm_manager_relocate_totals(m, rel);
   cm_manager_destroy(m);
   return rc;
 }
@@ -276,7 +284,8 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
       ri.observe = cm_replay_recorder_observe;
       ri.observe_arg = out->rec;
     }
-    if ((rc = replay_once(env, lay, t, &ri, &out->res, &out->start_unplaced, d))) return rc;
+    if ((rc = replay_once(env, lay, t, &ri, &out->res, &out->start_unplaced, &out->reloc, d)))
+      return rc;
     if (out->rec && (rc = cm_replay_recorder_status(out->rec))) {
       snprintf(d->message, sizeof d->message, "out of memory recording the replay for --html");
       cm_replay_result_free(&out->res);
@@ -288,7 +297,8 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   if (!times) return CM_ENOMEM;
   for (unsigned r = 0; r < o->repeat; r++) {
     cm_replay_result_t tmp;
-    if ((rc = replay_once(env, lay, t, &ro, &tmp, &out->start_unplaced, d))) {
+    if ((rc = replay_once(env, lay, t, &ro, &tmp, &out->start_unplaced, have ? NULL : &out->reloc,
+                          d))) {
       free(times);
       if (have) cm_replay_result_free(&out->res);
       return rc;
@@ -395,7 +405,7 @@ static bool value_option(int argc, char **argv, int *i, const char **name, const
                                            "--runs", "--driver-costs",
                                            "--svg", "--device", "--html", "--snapshot-device",
                                            "--snapshot-free-on", "--torch-conf",
-                                           "--snapshot-start"};
+                                           "--snapshot-start", "--copy-bandwidth"};
   const char *a = argv[*i];
   *name = NULL;
   *val = NULL;
@@ -473,6 +483,14 @@ static int set_value_option(opts_t *o, const char *name, const char *val) {
     }
     o->runs = (unsigned)r;
     o->runs_given = true;
+  } else if (!strcmp(name, "--copy-bandwidth")) {
+    char *end;
+    double g = strtod(val, &end);
+    if (end == val || *end || !(g > 0) || g > 1e6) {
+      fprintf(stderr, "cubemem replay: bad --copy-bandwidth '%s' (GB/s of device memory, e.g. 2039)\n", val);
+      return 2;
+    }
+    o->copy_gbps = g;
   } else if (!strcmp(name, "--driver-costs")) {
     if (cli_driver_costs_option("replay", val, &o->costs)) return 2;
   } else if (!strcmp(name, "--svg")) {
@@ -514,6 +532,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->device = "sim";
   o->repeat = 1;
   o->runs = 1;
+  o->copy_gbps = 2039; /* an A100 80GB's HBM2e */
   if (cm_driver_costs_builtin("a100", &o->costs) != CM_OK) return 1;
   o->progress = true;
   o->snapshot_device = -1;
@@ -539,6 +558,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
     if (!strcmp(a, "--json")) { o->json = true; continue; }
     if (!strcmp(a, "--fit")) { o->fit = true; continue; }
+    if (!strcmp(a, "--relocate")) { o->relocate = true; continue; }
     if (!strcmp(a, "--skip-bad-lines")) { o->skip_bad = true; continue; }
     if (!strcmp(a, "--no-progress")) { o->progress = false; continue; }
     if (!strcmp(a, "--no-config")) { o->no_config = true; continue; }
@@ -547,7 +567,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     if (!value_option(argc, argv, &i, &name, &val)) {
       static const char *const all[] = {
           "--device-memory", "--alignment", "--pools", "--config", "--persistent-memory",
-          "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--device", "--snapshot-device", "--snapshot-free-on", "--json", "--torch-conf",
+          "--repeat", "--runs", "--driver-costs", "--svg", "--html", "--fit", "--relocate", "--copy-bandwidth", "--device", "--snapshot-device", "--snapshot-free-on", "--json", "--torch-conf",
           "--skip-bad-lines", "--no-progress", "--no-config", "--merge-streams", "--snapshot-start", "--help"};
       return cli_unknown_option("replay", a, all, sizeof all / sizeof all[0]);
     }

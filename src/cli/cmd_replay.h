@@ -38,6 +38,8 @@ typedef struct opts {
   const char *svg;
   const char *html; /* --html FILE */
   bool fit;         /* --fit: also search the smallest device per layout */
+  bool relocate;    /* --relocate: managers relocate live data (handle-based runtime) */
+  double copy_gbps; /* --copy-bandwidth: GB/s of device memory for the copy-time model */
   const char *torch_conf; /* --torch-conf: PYTORCH_CUDA_ALLOC_CONF of the PyTorch layouts */
   bool merge_streams;     /* --merge-streams: every stream through one set of pools */
   bool snapshot_state;    /* --snapshot-start state: the PyTorch layouts start from the
@@ -63,7 +65,14 @@ typedef struct run {
    * this many of its blocks found no free space where PyTorch had them */
   bool from_state;
   uint64_t start_unplaced;
+  cm_relocate_stats_t reloc; /* with --relocate: what the replay's manager relocated */
 } run_t;
+
+/* The modelled time of relocation copies: each byte copied is read once and
+ * written once, 2 x bytes of memory traffic at `gbps` GB/s. */
+static inline double cli_copy_time_ns(uint64_t bytes, double gbps) {
+  return gbps > 0 ? 2.0 * (double)bytes / gbps : 0.0;
+}
 
 /* What every run of the command shares: options, device, configuration. */
 typedef struct env {

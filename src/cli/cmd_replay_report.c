@@ -160,6 +160,13 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     fputc(',', f);
     print_runs_json(f, run, env);
   }
+  if (env->o->relocate)
+    fprintf(f, ",\"relocation\":{\"runs\":%" PRIu64 ",\"moves\":%" PRIu64
+            ",\"bytes_copied\":%" PRIu64 ",\"abandoned\":%" PRIu64 ",\"skipped\":%" PRIu64
+            ",\"copy_bandwidth_gbps\":%.1f,\"copy_time_ns\":%.0f}",
+            run->reloc.runs, run->reloc.moves, run->reloc.bytes_copied, run->reloc.abandoned,
+            run->reloc.skipped, env->o->copy_gbps,
+            cli_copy_time_ns(run->reloc.bytes_copied, env->o->copy_gbps));
   if (env->o->fit)
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
             r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
@@ -512,6 +519,19 @@ static void rows_model(const run_t *runs, size_t n, size_t width, const env_t *e
   }
 }
 
+/* --relocate: moves, bytes copied and the modelled copy time per layout. */
+static void rows_relocation(const run_t *runs, size_t n, size_t width, const env_t *env) {
+  char c[MAX_LAYOUTS][64];
+  for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].reloc.moves);
+  row("relocated allocations", c, n, width);
+  for (size_t i = 0; i < n; i++) fmt_bytes(runs[i].reloc.bytes_copied, c[i], 64);
+  row("bytes copied", c, n, width);
+  for (size_t i = 0; i < n; i++)
+    snprintf(c[i], 64, "%.3f ms",
+             cli_copy_time_ns(runs[i].reloc.bytes_copied, env->o->copy_gbps) / 1e6);
+  row("copy time (model)", c, n, width);
+}
+
 /* The last rows: --fit's smallest device, failed reserves, time, ns per
  * operation; then each layout's first failure. */
 static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size_t width,
@@ -531,6 +551,7 @@ static void rows_outcome(const layout_t *lays, const run_t *runs, size_t n, size
   }
   for (size_t i = 0; i < n; i++) snprintf(c[i], 64, "%" PRIu64, runs[i].res.failed_allocs);
   row("failed reserves", c, n, width);
+  if (env->o->relocate) rows_relocation(runs, n, width, env);
   for (size_t i = 0; i < n; i++) {
     double ms = (double)runs[i].median_ns / 1e6;
     if (ms >= 1000) snprintf(c[i], 64, "%.3f s", ms / 1000);

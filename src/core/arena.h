@@ -433,6 +433,14 @@ bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
 
+/* ---- pool_arena.c / arena_reloc.c ------------------------------------------------------ */
+
+/* Carve span s at offset off of free block b (off + s inside b; VM region);
+ * returns the used block (mapped, counted in the granules, not in usage). */
+ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off);
+/* The arena's relocation plan (pool.h's reloc_plan; arena_reloc.c). */
+int cm__arena_reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
+
 /* ---- arena_check.c ------------------------------------------------------------------- */
 
 size_t cm__arena_check(cm__pool *p, cm_diag_t *diag);

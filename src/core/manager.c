@@ -59,6 +59,9 @@ static __attribute__((noinline)) void take_reserved(cm_manager_t *m, cm__pool *p
   m->reserved_total = others + c.now;
 }
 
+void cm__manager_take_reserved(cm_manager_t *m, cm__pool *p) { take_reserved(m, p); }
+cm__pool *cm__manager_pool_of(cm_manager_t *m, const cm__slice *s) { return pool_of(m, s); }
+
 /* Destroy pool p, taking its reserved bytes out of the totals. */
 static void drop_pool(cm_manager_t *m, cm__pool *p) {
   take_reserved(m, p);
@@ -73,7 +76,6 @@ size_t cm_manager_display(cm_manager_t *m, char *buf, size_t cap) {
 
 /* ---- logging ----------------------------------------------------------------- */
 
-#define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)
 
 static void log_display(cm_manager_t *m, cm_log_level_t lvl, const char *prefix) {
   size_t need = cm_manager_display(m, NULL, 0);
@@ -107,6 +109,13 @@ static void log_pools(cm_manager_t *m) {
 
 /* ---- slices handed out / freed ----------------------------------------------- */
 
+/* A guarded slice is freed: its guards go with it. */
+static __attribute__((noinline, cold)) void guard_drop(cm_manager_t *m, cm__pool *p, cm__slice *s) {
+  if (m->relocate && p->vt->guard) p->vt->guard(p, s, -(int64_t)s->guards);
+  m->guards -= s->guards < m->guards ? s->guards : m->guards;
+  s->guards = 0;
+}
+
 void cm__manager_drain(cm_manager_t *m) {
   cm_desc_t *d = cm__inbox_take(&m->inbox);
   while (d) {
@@ -114,6 +123,7 @@ void cm__manager_drain(cm_manager_t *m) {
     cm__slice *s = d->slice;
     if (cm__desc_drained(d) && s && s->used) {
       cm__pool *p = pool_of(m, s);
+      if (__builtin_expect(s->used & CM__USED_GUARDED, 0)) guard_drop(m, p, s);
       cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
       /* a release may give a page back (an adaptive pool's outdated ones) */
@@ -240,6 +250,7 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
   m->props = cfg->props;
   if (m->props.alignment == 0) m->props.alignment = 1;
   m->pm = cfg->persistent_memory;
+  m->relocate = cfg->relocate;
   m->debug_checks = cm_debug_level() >= 3;
   m->logger = cfg->logger;
   m->log_level = cm_logger_level(cfg->logger);
@@ -354,9 +365,13 @@ static void debug_check(cm_manager_t *m, const char *call) {
   abort();
 }
 
+void cm__manager_debug_check(cm_manager_t *m, const char *call) { debug_check(m, call); }
+
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
   if (!m) return;
   cm__manager_drain(m);
+  if (explicit_cleanup && m->relocate && !m->capturing && !m->dry_runs)
+    (void)cm__relocate(m, CM_RELOCATE_EXPLICIT, NULL, NULL); /* abandoned: nothing lost */
   cleanup_impl(m, explicit_cleanup, UINT64_MAX, m->npools);
   if (__builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_cleanup");
 }
@@ -413,8 +428,55 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
  * chunks, free pages, idle segments, free persistent slots), flush deferred
  * frees, and, when that gave anything back, try once more (logged at basic).
  * *d2 keeps the error that stands. */
+static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                  bool lazy, cm__slice **s, cm_diag_t *d2);
+static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                    bool lazy, cm__slice **s, cm_diag_t *d2);
+
 static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                bool lazy, cm__slice **s, cm_diag_t *d2) {
+  int rc = retry_after_release_only(m, p, size, eff, lazy, s, d2);
+  if (rc == CM_EOOM && m->relocate && !lazy)
+    rc = retry_after_relocation(m, p, size, eff, lazy, s, d2);
+  return rc;
+}
+
+/* Relocations tried for one request the device refused: each packs more
+ * of the live data, until the request fits, nothing more moves, or the
+ * copies reach RELOCATE_BUDGET times the memory held. */
+#define RELOCATE_BUDGET 2
+
+/* Still out of memory after giving back every cached byte: with relocation
+ * enabled, compact live data into the room the pools hold (memory pressure:
+ * no new memory for targets), give back what emptied and try once more. */
+static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                  bool lazy, cm__slice **s, cm_diag_t *d2) {
+  int rc = CM_EOOM;
+  uint64_t budget = RELOCATE_BUDGET * m->reserved_total, copied = 0;
+  while (rc == CM_EOOM && copied <= budget) {
+    cm_relocate_stats_t st;
+    if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
+    copied += st.bytes_copied;
+    cleanup_impl(m, true, UINT64_MAX, m->npools);
+    *s = p->vt->try_reserve(p, size, eff);
+    if (*s) return CM_OK;
+    cm_diag_t d3;
+    cm_diag_clear(&d3);
+    rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
+    take_reserved(m, p);
+    if (rc != CM_OK) *d2 = d3;
+    if (LOG_ON(m, CM_LOG_BASIC))
+      cm_logger_printf(m->logger, CM_LOG_BASIC,
+                       "[%s] Out of device memory: relocated %" PRIu64 " allocations (%" PRIu64
+                       " bytes copied) and retried: %s",
+                       m->name, st.moves, st.bytes_copied,
+                       rc == CM_OK ? "served" : "still out of memory");
+  }
+  return rc;
+}
+
+static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
+                                    bool lazy, cm__slice **s, cm_diag_t *d2) {
   uint64_t before = m->reserved_total;
   bool deferred = cm__storage_pending(m->storage) != 0; /* frees the cleanup will flush */
   cleanup_impl(m, true, UINT64_MAX, m->npools);
@@ -461,6 +523,24 @@ static int reserve_dedicated(cm_manager_t *m, uint64_t size, uint64_t eff, bool 
                      m->name, b);
   }
   return hand_out(m, p, s, size, out, diag);
+}
+
+/* Memory pressure (relocation enabled): pool p is about to take a new page
+ * while it keeps outdated pages; when that page would leave the device less
+ * than another page of room (held + page > capacity - page), the last
+ * moment a copy still has somewhere to go, relocate into held room first. */
+static __attribute__((noinline, cold)) void relocate_before_page(cm_manager_t *m, cm__pool *p) {
+  if (!p->vt->reloc_plan || !p->vt->report) return;
+  cm_pool_report_t r;
+  memset(&r, 0, sizeof r);
+  p->vt->report(p, &r);
+  uint64_t free_b = 0, total = 0;
+  if (r.outdated_pages == 0 || cm_storage_mem_info(m->storage, &free_b, &total) != CM_OK ||
+      total == 0)
+    return;
+  uint64_t page = p->opts.page_size;
+  if (free_b >= page && free_b - page >= page) return; /* room for two more pages */
+  (void)cm__relocate(m, CM_RELOCATE_PRESSURE, NULL, NULL); /* abandoned: nothing lost */
 }
 
 /* A FORBIDDEN reservation found no held room. */
@@ -529,6 +609,8 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);
     if (!may_add) continue; /* only held room: the next accepting pool's */
+    if (__builtin_expect(m->relocate, 0) && may_release && !lazy && !m->capturing)
+      relocate_before_page(m, p);
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
@@ -658,8 +740,33 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
                         "offsets %" PRIu64 " + %" PRIu64 " exceed the allocation of %" PRIu64
                         " bytes",
                         offset_start, offset_end, h.size);
-  return cm_storage_get(m->storage, h.id, h.offset + offset_start,
-                        h.size - offset_start - offset_end, out, diag);
+  rc = cm_storage_get(m->storage, h.id, h.offset + offset_start,
+                      h.size - offset_start - offset_end, out, diag);
+  if (rc == CM_OK) { /* the caller keeps a raw address: guard the slice */
+    cm__slice *s = b.d->slice;
+    cm__pool *p = pool_of(m, s);
+    s->guards++;
+    s->used |= CM__USED_GUARDED;
+    m->guards++;
+    if (m->relocate && p->vt->guard) p->vt->guard(p, s, 1);
+  }
+  return rc;
+}
+
+int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag) {
+  cm__slice *s = NULL;
+  int rc = lookup(m, b.d, &s, diag);
+  if (rc) return rc;
+  if (s->guards == 0)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "the allocation holds no guard: cm_manager_unguard releases one "
+                        "cm_manager_get_resource each");
+  s->guards--;
+  m->guards--;
+  if (!s->guards) s->used &= (uint8_t)~CM__USED_GUARDED;
+  cm__pool *p = pool_of(m, s);
+  if (m->relocate && p->vt->guard) p->vt->guard(p, s, -1);
+  return CM_OK;
 }
 
 static int bind_impl(cm_manager_t *m, cm_handle_t reserved, cm_handle_t assigned, uint64_t cursor,
@@ -822,6 +929,8 @@ struct cm_pins {
 
 void cm_manager_capture_begin(cm_manager_t *m) {
   if (!m) return;
+  if (!m->capturing && m->relocate && !m->dry_runs)
+    (void)cm__relocate(m, CM_RELOCATE_CAPTURE, NULL, NULL); /* abandoned: nothing lost */
   if (!m->capturing) {
     m->capturing = true;
     m->priming = true;

@@ -58,7 +58,30 @@ struct cm_manager {
   uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down; pools mint them */
   /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */
   uint64_t reserved_total, reserved_peak;
+  /* relocation (relocate.c): enabled by the config; what it did so far; and
+   * the pools' shape when the last relocation moved nothing (no replanning
+   * until it changes; reloc_idle false: plan at the next trigger) */
+  bool relocate;
+  bool reloc_idle;
+  uint64_t reloc_shape;
+  uint64_t guards; /* raw-address guards held now (cm_manager_unguard releases) */
+  cm_relocate_stats_t reloc;
 };
+
+/* relocate.c: relocation for trigger `why` (see cm_manager_relocate); adds
+ * to m->reloc and, when out is non-NULL, reports this run there. */
+int cm__relocate(struct cm_manager *m, cm_relocate_reason_t why, cm_relocate_stats_t *out,
+                 cm_diag_t *diag);
+/* A take of pool p's reserved-bytes change into the manager's totals. */
+void cm__manager_take_reserved(struct cm_manager *m, cm__pool *p);
+/* Debug level 3: check every invariant after `call`; abort on a violation
+ * (reported through the logger, else stderr). */
+void cm__manager_debug_check(struct cm_manager *m, const char *call);
+/* The pool holding slice s. */
+cm__pool *cm__manager_pool_of(struct cm_manager *m, const cm__slice *s);
+
+/* Is logging at level lvl on for manager m? */
+#define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)
 
 /* Drain the freed inbox: mark freed slices free and give them to their pools. */
 void cm__manager_drain(struct cm_manager *m);

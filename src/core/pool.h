@@ -62,10 +62,34 @@ typedef struct cm__slice {
   uint64_t cursor;     /* stream cursor stored at bind */
   uint32_t index;      /* slot index (direct/persistent/exclusive), 0 otherwise */
   uint8_t pool;        /* routing position; CM_PERSISTENT_POOL for persistent */
-  uint8_t used;        /* handed out (non-free) */
+  uint8_t used;        /* handed out (non-free): 1, with CM__USED_GUARDED while guarded */
   uint8_t mapped;      /* backed by storage (false while lazily reserved) */
   uint8_t touched;     /* capture: handed out during the current window */
+  /* raw addresses handed out (cm_manager_get_resource) and not yet released
+   * (cm_manager_unguard): relocation never moves the slice nor anything on
+   * its page (granules); 0 on a free slice (the release that frees a
+   * guarded slice drops its guards) */
+  uint32_t guards;
 } cm__slice;
+
+/* cm__slice.used: also set while the slice holds guards (so the release
+ * that frees it tests one byte it reads anyway). */
+#define CM__USED_GUARDED 2u
+
+/* Relocation (relocate.c): one planned move of a live slice to a target
+ * slice the pool reserved for it (taken out of the free structures, not
+ * counted as used by the pool: the manager marks it). */
+typedef struct cm__move {
+  cm__slice *src, *dst;
+} cm__move;
+
+typedef struct cm__moves {
+  cm__move *v;
+  size_t n, cap;
+} cm__moves;
+
+/* Append a move; CM_ENOMEM on host OOM (nothing appended). */
+int cm__moves_push(cm__moves *mv, cm__slice *src, cm__slice *dst);
 
 /* Pool entries. Only alloc, on_free (giving back a page that emptied, as an
  * adaptive pool's outdated pages do), take_free, cleanup, materialize and
@@ -109,6 +133,21 @@ typedef struct cm__pool_vt {
   void (*for_each)(cm__pool *p, void (*fn)(cm__slice *s, void *arg), void *arg);
   /* Release every storage allocation and detach every descriptor. */
   void (*destroy)(cm__pool *p);
+  /* Optional (NULL: the pool's slices never move). Relocation's plan: pick
+   * the pool's sparse units (arena granules, outdated pages) whose live,
+   * mapped, unguarded slices can all be moved to room outside them, reserve
+   * a target slice of each one's span and append (source, target) to `out`.
+   * A unit whose slices cannot all find a target keeps all of them (its
+   * targets are given back at once). `why` says where targets may go
+   * (cm_relocate_reason_t: growth only for ARENA_FULL and CAPTURE; a pool
+   * may stay in held room anyway) and how eager the plan is. Errors:
+   * CM_ENOMEM (the moves appended so far stay valid). May change
+   * bytes_reserved (growth). */
+  int (*reloc_plan)(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
+  /* Optional: used slice s gained (delta > 0) or lost guards (raw addresses
+   * handed out); a pool whose guarded pages serve no new reservation counts
+   * them. NULL: guards only keep relocation away. */
+  void (*guard)(cm__pool *p, cm__slice *s, int64_t delta);
 } cm__pool_vt;
 
 struct cm__pool {
@@ -155,6 +194,15 @@ cm__pool *cm__sliced_owner(const cm__slice *s);
 uint64_t cm__sliced_page_size(const cm__pool *p);
 bool cm__sliced_free_release(cm__pool *p, cm__slice *s);
 size_t cm__sliced_empty_pages(const cm__pool *p);
+/* The pages of sliced pool p, and their slices in address order (relocation
+ * walks an outdated pool page by page): the number of pages, the first
+ * slice of page i (NULL past the end), the slice after s in its page (NULL
+ * at its end). */
+size_t cm__sliced_pages(const cm__pool *p);
+/* The sliced pool's guard entry (pool.h's vt->guard), for the adaptive pool. */
+void cm__sliced_guard(cm__pool *p, cm__slice *s, int64_t delta);
+cm__slice *cm__sliced_page_head(cm__pool *p, size_t i);
+cm__slice *cm__sliced_next(cm__slice *s);
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                        cm__pool **out);
 

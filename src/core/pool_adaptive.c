@@ -400,6 +400,72 @@ static void destroy(cm__pool *p) {
   free(ap);
 }
 
+/* ---- relocation (relocate.c): outdated pages emptied into the current pool ---- */
+
+/* May page i of generation g move (live slices, none guarded or lazily
+ * reserved)? */
+static bool page_movable(cm__pool *gp, size_t i) {
+  bool live = false;
+  for (cm__slice *s = cm__sliced_page_head(gp, i); s; s = cm__sliced_next(s)) {
+    if (!s->used) continue;
+    if (s->guards || !s->mapped) return false;
+    live = true;
+  }
+  return live;
+}
+
+/* A target in the current generation for slice s: held room, or a new page
+ * when the reason allows growth. */
+static cm__slice *target_for(adaptive_pool *ap, const cm__slice *s, bool may_grow) {
+  uint64_t eff = s->size + s->padding;
+  if (eff == 0) eff = ap->base.alignment;
+  cm__pool *cp = ap->cur.p;
+  cm__slice *t = cp->vt->try_reserve(cp, s->size, eff);
+  if (!t && may_grow && cp->vt->alloc(cp, s->size, eff, false, &t, NULL) != CM_OK) t = NULL;
+  fold(ap, &ap->cur);
+  return t ? served(ap, &ap->cur, t, s->size, eff) : NULL;
+}
+
+/* Plan the moves of page i of generation g: all its live slices, or none. */
+static int plan_page(adaptive_pool *ap, cm__pool *gp, size_t i, bool may_grow, cm__moves *out) {
+  size_t from = out->n;
+  int rc = CM_OK;
+  for (cm__slice *s = cm__sliced_page_head(gp, i); s && rc == CM_OK; s = cm__sliced_next(s)) {
+    if (!s->used) continue;
+    cm__slice *t = target_for(ap, s, may_grow);
+    if (!t) {
+      rc = CM_EBUSY;
+      break;
+    }
+    rc = cm__moves_push(out, s, t);
+    if (rc != CM_OK) on_free(&ap->base, t);
+  }
+  if (rc == CM_OK) return CM_OK;
+  for (size_t k = out->n; k-- > from;) on_free(&ap->base, out->v[k].dst);
+  out->n = from;
+  return rc == CM_ENOMEM ? CM_ENOMEM : CM_OK;
+}
+
+/* Every outdated page, oldest generation first: its live slices move to the
+ * current generation (held room only, unless `why` allows growth), so the
+ * page goes back when they are committed. */
+static int reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out) {
+  adaptive_pool *ap = AP(p);
+  bool may_grow = why == CM_RELOCATE_ARENA_FULL || why == CM_RELOCATE_CAPTURE;
+  int rc = CM_OK;
+  for (size_t g = ap->nold; g-- > 0 && rc == CM_OK;) {
+    cm__pool *gp = ap->old[g].p;
+    for (size_t i = 0; i < cm__sliced_pages(gp) && rc == CM_OK; i++)
+      if (page_movable(gp, i)) rc = plan_page(ap, gp, i, may_grow, out);
+  }
+  return rc;
+}
+
+static void guard(cm__pool *p, cm__slice *s, int64_t delta) {
+  gen *g = gen_of(AP(p), s, NULL);
+  if (g) cm__sliced_guard(g->p, s, delta);
+}
+
 static const cm__pool_vt k_adaptive_vt = {
     .name = "adaptive",
     .accept = accept,
@@ -415,6 +481,8 @@ static const cm__pool_vt k_adaptive_vt = {
     .report = report,
     .for_each = for_each,
     .destroy = destroy,
+    .reloc_plan = reloc_plan,
+    .guard = guard,
 };
 
 int cm__pool_adaptive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

@@ -440,6 +440,34 @@ static __attribute__((noinline)) ablk *place_inside(arena *a, ablk *b, uint64_t 
   return u;
 }
 
+ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
+  if (off != b->s.offset) return place_inside(a, b, s, off);
+  if (place_off(a, b, s) == off) return place(a, b, s);
+  /* place would move a granule-multiple span up to a boundary: carve the
+   * low end here instead, as place does for other spans */
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (!u) {
+    bin_remove(a, b);
+    used_add(a, r, b->s.offset, b->s.span);
+    b->s.mapped = 1;
+    return b;
+  }
+  node_cover(u, b, b->s.offset, s);
+  u->free = 0;
+  u->prev = b->prev;
+  u->next = b;
+  if (b->prev) b->prev->next = u;
+  else r->first = u;
+  b->prev = u;
+  b->s.offset += s;
+  b->s.span -= s;
+  rebin(a, b);
+  used_add(a, r, u->s.offset, u->s.span);
+  u->s.mapped = 1;
+  return u;
+}
+
 static inline void unlink_blk(region *r, ablk *x) {
   if (x->prev) x->prev->next = x->next;
   else r->first = x->next;
@@ -805,6 +833,7 @@ static const cm__pool_vt k_arena_vt = {
     .display = cm__arena_display,
     .for_each = for_each,
     .destroy = destroy,
+    .reloc_plan = cm__arena_reloc_plan,
 };
 
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

@@ -45,6 +45,8 @@ struct spage {
   block *head;
   uint64_t free_bytes;
   uint64_t free_since; /* reservation count when the page became entirely free */
+  uint32_t guards;     /* guards of its slices (raw addresses handed out): while
+                          non-zero the page serves no new reservation */
 };
 
 typedef struct sliced_pool {
@@ -56,6 +58,7 @@ typedef struct sliced_pool {
   cm__tree free;
   block *spare;
   uint64_t last_check;
+  uint64_t guarded_pages; /* pages with guards: reservations skip them */
 } sliced_pool;
 
 static sliced_pool *SP(cm__pool *p) { return (sliced_pool *)p; }
@@ -118,13 +121,39 @@ static cm__slice *take(sliced_pool *sp, block *b, uint64_t eff) {
   return &b->s;
 }
 
+/* The best fit for eff on a page without guards, or NULL. */
+static __attribute__((noinline)) block *fit_unguarded(sliced_pool *sp, cm__tnode *n) {
+  for (; n; n = cm__tree_next(n)) {
+    block *b = CM__CONTAINER(n, block, node);
+    if (!b->page->guards) return b;
+  }
+  return NULL;
+}
+
 static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   sliced_pool *sp = SP(p);
   (void)size;
   cm__tnode *n = cm__tree_lower_bound(&sp->free, eff, 0, 0);
   if (!n) return NULL;
+  if (__builtin_expect(sp->guarded_pages != 0, 0)) { /* a guarded page serves nothing */
+    block *b = fit_unguarded(sp, n);
+    return b ? take(sp, b, eff) : NULL;
+  }
   return take(sp, CM__CONTAINER(n, block, node), eff);
 }
+
+/* Slice s gained (delta > 0) or lost guards. */
+static void guard(cm__pool *p, cm__slice *s, int64_t delta) {
+  sliced_pool *sp = SP(p);
+  spage *pg = ((block *)s)->page;
+  bool was = pg->guards != 0;
+  pg->guards = (uint32_t)((int64_t)pg->guards + delta);
+  bool now = pg->guards != 0;
+  if (now && !was) sp->guarded_pages++;
+  if (was && !now) sp->guarded_pages--;
+}
+
+void cm__sliced_guard(cm__pool *p, cm__slice *s, int64_t delta) { guard(p, s, delta); }
 
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
                  cm_diag_t *diag) {
@@ -460,6 +489,7 @@ static const cm__pool_vt k_sliced_vt = {
     .display = display,
     .for_each = for_each,
     .destroy = destroy,
+    .guard = guard,
 };
 
 int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
@@ -492,4 +522,16 @@ int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uin
   cm__tree_init(&sp->free);
   *out = &sp->base;
   return CM_OK;
+}
+
+size_t cm__sliced_pages(const cm__pool *p) { return ((const sliced_pool *)p)->npages; }
+
+cm__slice *cm__sliced_page_head(cm__pool *p, size_t i) {
+  sliced_pool *sp = SP(p);
+  return i < sp->npages && sp->pages[i]->head ? &sp->pages[i]->head->s : NULL;
+}
+
+cm__slice *cm__sliced_next(cm__slice *s) {
+  block *b = ((block *)s)->next;
+  return b ? &b->s : NULL;
 }

@@ -73,6 +73,7 @@ static const sym_def k_syms[] = {
     SYM(MemUnmap, "cuMemUnmap", NULL, false),
     SYM(MemSetAccess, "cuMemSetAccess", NULL, false),
     SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, false),
+    SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL, false),
 };
 #undef SYM
 

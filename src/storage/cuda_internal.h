@@ -28,7 +28,9 @@
  *   (CUDA >= 11.2, optional here):
  *   cuMemAllocAsync, cuMemFreeAsync; virtual memory (CUDA >= 10.2, optional):
  *   cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease,
- *   cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity.
+ *   cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity;
+ *   copies (optional): cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr
+ *   src, size_t ByteCount, CUstream).
  *   CUmemAllocationProp = {int type; int requestedHandleTypes;
  *   {int type; int id} location; void *win32HandleMetaData; {u8
  *   compressionType; u8 gpuDirectRDMACapable; u16 usage; u8 reserved[4]}
@@ -138,6 +140,8 @@ typedef struct cu_api {
   CUresult (*MemUnmap)(CUdeviceptr p, size_t size);
   CUresult (*MemSetAccess)(CUdeviceptr p, size_t size, const cu_access_desc *desc, size_t count);
   CUresult (*MemGetAllocationGranularity)(size_t *g, const cu_alloc_prop *prop, int option);
+  /* copies (relocation; optional: without it the storage cannot copy) */
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 } cu_api;
 
 /* ---- device ---------------------------------------------------------------- */
@@ -211,6 +215,7 @@ typedef struct cuda_storage {
    * (cm__cuda_retry_releases), so a transient failure leaks nothing. */
   CUmemGenericAllocationHandle *unreleased;
   size_t nunreleased, capunreleased;
+  CUevent copy_event; /* recorded after the copies, waited on by copy_wait (lazily created) */
 } cuda_storage;
 
 /* Run `expr` (one driver call of kind k on storage s), adding the time it

@@ -269,12 +269,82 @@ static void storage_release(void *ctx) {
   free(s->unreleased);
   /* Let stream-ordered frees complete so the memory is back when we return. */
   if (pushed == CM_OK) {
+    if (s->copy_event) (void)s->dev->api.EventDestroy(s->copy_event);
     if (any_async && !s->retired && s->dev->api.StreamSynchronize(s->stream) != CUDA_SUCCESS)
       atomic_fetch_add(&s->free_errors, 1);
     cm__cuda_ctx_pop(s->dev);
   }
   cm__cuda_device_unref(s->dev);
   free(s);
+}
+
+/* ---- copies (relocation) ------------------------------------------------------ */
+
+/* The device address of [off, off+size) of id, or the status with diag (the
+ * driver checks the mapping itself: its refusal is reported as CM_EINVAL). */
+static int copy_addr(cuda_storage *s, uint64_t id, uint64_t off, uint64_t size,
+                     CUdeviceptr *out, cm_diag_t *diag) {
+  cm_resource_t r = {0, NULL, 0};
+  int rc = storage_get(s, id, off, size, &r, diag);
+  if (rc == CM_OK) *out = (CUdeviceptr)r.addr;
+  return rc;
+}
+
+/* cuMemcpyDtoDAsync on the storage's stream (the context's null stream once
+ * the stream is retired). */
+static int dev_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                    uint64_t src_off, uint64_t size, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  if (!a->MemcpyDtoDAsync)
+    return cm__diag_set(diag, CM_ENOTSUP, "this CUDA driver has no cuMemcpyDtoDAsync_v2");
+  if (size == 0) return cm__diag_set(diag, CM_EINVAL, "a copy of 0 bytes");
+  CUdeviceptr dst = 0, src = 0;
+  int rc = copy_addr(s, src_id, src_off, size, &src, diag);
+  if (rc == CM_OK) rc = copy_addr(s, dst_id, dst_off, size, &dst, diag);
+  if (rc != CM_OK) return rc;
+  if (src < dst + size && dst < src + size)
+    return cm__diag_set(diag, CM_EINVAL, "a copy of %" PRIu64 " bytes between overlapping ranges",
+                        size);
+  rc = cm__cuda_ctx_push(s->dev, diag);
+  if (rc != CM_OK) return rc;
+  CUresult r = a->MemcpyDtoDAsync(dst, src, (size_t)size, s->retired ? NULL : s->stream);
+  cm__cuda_ctx_pop(s->dev);
+  if (r != CUDA_SUCCESS)
+    return cm__cuda_driver_error(a, diag, r == CUDA_ERROR_INVALID_VALUE ? CM_EINVAL : CM_ESTORAGE,
+                                 r, "cuMemcpyDtoDAsync");
+  return CM_OK;
+}
+
+/* Record the storage's copy event after the copies and wait for it
+ * (cuEventRecord + cuEventSynchronize); a retired storage waits for the
+ * whole context. */
+static int dev_copy_wait(void *ctx, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  int rc = cm__cuda_ctx_push(s->dev, diag);
+  if (rc != CM_OK) return rc;
+  CUresult r = CUDA_SUCCESS;
+  const char *what = "cuCtxSynchronize";
+  if (s->retired) {
+    r = a->CtxSynchronize();
+  } else {
+    if (!s->copy_event) {
+      what = "cuEventCreate";
+      r = a->EventCreate(&s->copy_event, CU_EVENT_DISABLE_TIMING);
+      if (r != CUDA_SUCCESS) s->copy_event = NULL;
+    }
+    if (r == CUDA_SUCCESS) {
+      what = "cuEventRecord";
+      r = a->EventRecord(s->copy_event, s->stream);
+    }
+    if (r == CUDA_SUCCESS) {
+      what = "cuEventSynchronize";
+      r = a->EventSynchronize(s->copy_event);
+    }
+  }
+  cm__cuda_ctx_pop(s->dev);
+  return r == CUDA_SUCCESS ? CM_OK : cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, what);
 }
 
 /* events */
@@ -378,6 +448,8 @@ static const cm_storage_ops_t k_cuda_ops = {
     .vm_release = cm__cuda_vm_release,
     .set_timing = set_timing,
     .call_times = call_times,
+    .copy = dev_copy,
+    .copy_wait = dev_copy_wait,
 };
 
 /* pinned host memory */

@@ -63,7 +63,8 @@ static int plan_normalise(const cm_fault_plan_t *in, cm_fault_plan_t *out) {
   if (p.error != CM_EOOM && p.error != CM_ESTORAGE) return CM_EINVAL;
   if (p.ppm > 1000000u) return CM_EINVAL;
   if ((int)p.mode < (int)CM_FAULT_NONE || (int)p.mode > (int)CM_FAULT_RANDOM) return CM_EINVAL;
-  if (p.ops & ~(unsigned)(CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP | CM_FAULT_OP_VM_RESERVE))
+  if (p.ops & ~(unsigned)(CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP | CM_FAULT_OP_VM_RESERVE |
+                          CM_FAULT_OP_COPY | CM_FAULT_OP_COPY_WAIT))
     return CM_EINVAL;
   *out = p;
   return CM_OK;
@@ -190,6 +191,20 @@ static int faulty_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return c->iops->vm_release(c->ictx, id, diag);
 }
 
+static int faulty_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                       uint64_t src_off, uint64_t size, cm_diag_t *diag) {
+  faulty_ctx *c = ctx;
+  int rc = decide(c, CM_FAULT_OP_COPY, "copy", diag);
+  if (rc) return rc;
+  return c->iops->copy(c->ictx, dst_id, dst_off, src_id, src_off, size, diag);
+}
+static int faulty_copy_wait(void *ctx, cm_diag_t *diag) {
+  faulty_ctx *c = ctx;
+  int rc = c->iops->copy_wait(c->ictx, diag); /* the copies land, or not, either way */
+  int inj = decide(c, CM_FAULT_OP_COPY_WAIT, "copy_wait", diag);
+  return rc != CM_OK ? rc : inj;
+}
+
 static void faulty_poison(void *ctx, uint64_t id, uint64_t off, uint64_t size, bool poison) {
   faulty_ctx *c = ctx;
   c->iops->poison(c->ictx, id, off, size, poison);
@@ -249,6 +264,10 @@ int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
   if (io->poison) c->ops.poison = faulty_poison;
   if (io->set_timing) c->ops.set_timing = faulty_set_timing;
   if (io->call_times) c->ops.call_times = faulty_call_times;
+  if (io->copy && io->copy_wait) {
+    c->ops.copy = faulty_copy;
+    c->ops.copy_wait = faulty_copy_wait;
+  }
 
   rc = cm_storage_create(&c->ops, c, out);
   if (rc) {

@@ -198,6 +198,49 @@ static int host_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return CM_OK;
 }
 
+/* The bytes at [off, off+size) of id into *out, when they may be copied:
+ * inside a live allocation, or inside a reservation and mapped. Else the
+ * status with diag. */
+static int host_copy_range(host_ctx *c, uint64_t id, uint64_t off, uint64_t size,
+                           const char *role, char **out, cm_diag_t *diag) {
+  cm__id_entry *e = cm__id_get(&c->ids, id);
+  if (!e)
+    return cm__diag_set(diag, CM_EHANDLE,
+                        "host storage refused the copy %s StorageId(%llu): unknown id", role,
+                        (unsigned long long)id);
+  char why[CM__VMTRACK_WHY] = "";
+  if (e->live == 2 ? cm__vmtrack_check_access(e->aux, off, size, why, sizeof why) != CM_OK
+                   : off > e->size || size > e->size - off)
+    return cm__diag_set(diag, CM_EINVAL, "host storage refused the copy %s StorageId(%llu): %s",
+                        role, (unsigned long long)id,
+                        why[0] ? why : "range outside the allocation");
+  *out = (char *)e->mem + off;
+  return CM_OK;
+}
+
+/* Copies happen at once (host memory); the wait has nothing to wait for. */
+static int host_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                     uint64_t src_off, uint64_t size, cm_diag_t *diag) {
+  host_ctx *c = ctx;
+  if (size == 0) return cm__diag_set(diag, CM_EINVAL, "host storage refused a copy of 0 bytes");
+  char *src = NULL, *dst = NULL;
+  int rc = host_copy_range(c, src_id, src_off, size, "from", &src, diag);
+  if (rc == CM_OK) rc = host_copy_range(c, dst_id, dst_off, size, "to", &dst, diag);
+  if (rc != CM_OK) return rc;
+  if (src < dst + size && dst < src + size)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "host storage refused a copy of %llu bytes between overlapping ranges",
+                        (unsigned long long)size);
+  memcpy(dst, src, (size_t)size);
+  return CM_OK;
+}
+
+static int host_copy_wait(void *ctx, cm_diag_t *diag) {
+  (void)ctx;
+  (void)diag;
+  return CM_OK;
+}
+
 /* Under ASan: poisoning a range writes size/8 bytes of shadow memory, so only
  * ranges up to HOST_POISON_MAX are poisoned; a larger range made addressable
  * is scanned and unpoisoned only where some smaller range left poison. */
@@ -238,6 +281,8 @@ static const cm_storage_ops_t k_host_ops = {
     .vm_map = host_vm_map,
     .vm_unmap = host_vm_unmap,
     .vm_release = host_vm_release,
+    .copy = host_copy,
+    .copy_wait = host_copy_wait,
 };
 
 

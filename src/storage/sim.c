@@ -219,6 +219,52 @@ static int sim_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return CM_OK;
 }
 
+/* May [off, off+size) of id be copied from or to: inside a live allocation,
+ * or inside a reservation and mapped? A violation otherwise. */
+static int sim_copy_range(sim_ctx *c, uint64_t id, uint64_t off, uint64_t size,
+                          const char *role, cm_diag_t *diag) {
+  sim_entry *e = entry(c, id, E_ALLOC);
+  if (e) {
+    if (off > e->size || size > e->size - off)
+      return violation(c, diag, CM_EINVAL,
+                       "copy %s [%" PRIu64 ", +%" PRIu64 ") outside StorageId(%" PRIu64
+                       ") of %" PRIu64 " bytes",
+                       role, off, size, id, e->size);
+    return CM_OK;
+  }
+  e = entry(c, id, E_RANGE);
+  if (!e)
+    return violation(c, diag, CM_EHANDLE,
+                     "copy %s StorageId(%" PRIu64 "), which is not a live allocation", role, id);
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_access(&e->vm, off, size, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "copy %s StorageId(%" PRIu64 ") %s", role, id, why);
+  return CM_OK;
+}
+
+/* A device-to-device copy: nothing is copied (there are no bytes), but the
+ * ranges are checked as the driver checks them and the bytes counted (by the
+ * wrapper). */
+static int sim_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                    uint64_t src_off, uint64_t size, cm_diag_t *diag) {
+  sim_ctx *c = ctx;
+  if (size == 0) return violation(c, diag, CM_EINVAL, "copy of 0 bytes");
+  int rc = sim_copy_range(c, src_id, src_off, size, "from", diag);
+  if (rc == CM_OK) rc = sim_copy_range(c, dst_id, dst_off, size, "to", diag);
+  if (rc != CM_OK) return rc;
+  uint64_t sa = c->v[src_id].addr + src_off, da = c->v[dst_id].addr + dst_off;
+  if (sa < da + size && da < sa + size)
+    return violation(c, diag, CM_EINVAL,
+                     "copy of %" PRIu64 " bytes between overlapping ranges", size);
+  return CM_OK;
+}
+
+static int sim_copy_wait(void *ctx, cm_diag_t *diag) {
+  (void)ctx;
+  (void)diag;
+  return CM_OK;
+}
+
 /* Free memory as the capacity allows; unknown (0) on an unlimited device, or
  * one that only counts. */
 static int sim_mem_info(void *ctx, uint64_t *free_bytes, uint64_t *total_bytes) {
@@ -242,6 +288,8 @@ static const cm_storage_ops_t k_sim_ops = {
     .vm_map = sim_vm_map,
     .vm_unmap = sim_vm_unmap,
     .vm_release = sim_vm_release,
+    .copy = sim_copy,
+    .copy_wait = sim_copy_wait,
 };
 
 int cm_storage_sim_create(uint64_t capacity, bool fail_over_capacity, uint64_t granularity,

@@ -61,6 +61,11 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   out->errors = atomic_load(&s->errors);
   out->violations = atomic_load(&s->violations);
   out->mem_queries = atomic_load(&s->mem_queries);
+  out->copies = atomic_load(&s->copies);
+  out->bytes_copied = atomic_load(&s->bytes_copied);
+  out->copy_waits = atomic_load(&s->copy_waits);
+  out->copy_failures = atomic_load(&s->copy_failures);
+  out->time_copy_ns = atomic_load(&s->time_copy_ns);
   if (s->ops->call_times) s->ops->call_times(s->ctx, &out->call_ns);
 }
 
@@ -259,4 +264,43 @@ int cm_storage_event_sync(cm_storage_t *s, void *event) {
 
 void cm_storage_event_destroy(cm_storage_t *s, void *event) {
   if (s && event && s->ops->event_destroy) s->ops->event_destroy(s->ctx, event);
+}
+
+bool cm_storage_can_copy(const cm_storage_t *s) {
+  return s && s->ops->copy && s->ops->copy_wait;
+}
+
+int cm_storage_copy(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                    uint64_t src_off, uint64_t size, cm_diag_t *diag) {
+  if (!s) return CM_EINVAL;
+  if (!cm_storage_can_copy(s))
+    return cm__diag_set(diag, CM_ENOTSUP, "the %s storage cannot copy device memory",
+                        cm_storage_name(s));
+  int rc;
+  TIMED(s, time_copy_ns,
+        rc = s->ops->copy(s->ctx, dst_id, dst_off, src_id, src_off, size, diag));
+  if (rc != CM_OK) {
+    BUMP(s, copy_failures, 1);
+    count_failure(s, rc);
+    return rc;
+  }
+  BUMP(s, copies, 1);
+  BUMP(s, bytes_copied, size);
+  return CM_OK;
+}
+
+int cm_storage_copy_wait(cm_storage_t *s, cm_diag_t *diag) {
+  if (!s) return CM_EINVAL;
+  if (!cm_storage_can_copy(s))
+    return cm__diag_set(diag, CM_ENOTSUP, "the %s storage cannot copy device memory",
+                        cm_storage_name(s));
+  int rc;
+  TIMED(s, time_copy_ns, rc = s->ops->copy_wait(s->ctx, diag));
+  if (rc != CM_OK) {
+    BUMP(s, copy_failures, 1);
+    count_failure(s, rc);
+    return rc;
+  }
+  BUMP(s, copy_waits, 1);
+  return CM_OK;
 }

@@ -19,6 +19,7 @@ struct cm_storage {
       vm_reserved, flushes, gets, time_ns;
   _Atomic uint64_t creates, map_calls, unmap_calls, releases, set_access, reserves,
       address_frees, errors, violations, mem_queries;
+  _Atomic uint64_t copies, bytes_copied, copy_waits, copy_failures, time_copy_ns;
   _Atomic uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
 };
 

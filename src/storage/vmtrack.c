@@ -145,3 +145,22 @@ uint64_t cm__vmtrack_commit_unmap(cm__vmtrack *t, uint64_t off, uint64_t size, u
   t->nmaps -= n / pg;
   return n / pg;
 }
+
+int cm__vmtrack_check_access(const cm__vmtrack *t, uint64_t off, uint64_t size, char *why,
+                             size_t cap) {
+  if (size == 0 || off > t->size || size > t->size - off) {
+    snprintf(why, cap,
+             "[%" PRIu64 ", +%" PRIu64 ") is empty or outside a reservation of %" PRIu64 " bytes",
+             off, size, t->size);
+    return CM_EINVAL;
+  }
+  uint64_t g0 = off >> t->gshift, g1 = (off + size - 1) >> t->gshift;
+  for (uint64_t g = g0; g <= g1; g++)
+    if (g >= t->ngran || !bit(t->mapped, g)) {
+      snprintf(why, cap,
+               "[%" PRIu64 ", +%" PRIu64 "): the granule at offset %" PRIu64 " is not mapped",
+               off, size, g << t->gshift);
+      return CM_EINVAL;
+    }
+  return CM_OK;
+}

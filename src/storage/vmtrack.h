@@ -58,6 +58,12 @@ int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, u
  * CM_EINVAL with the reason in why; `id` names it in the reason. */
 int cm__vmtrack_check_release(const cm__vmtrack *t, uint64_t id, char *why, size_t cap);
 
+/* May [off, off+size) (size > 0) be read or written, every byte inside the
+ * reservation and mapped? CM_OK, or CM_EINVAL with the reason in why
+ * ("... is not mapped"). Changes nothing. */
+int cm__vmtrack_check_access(const cm__vmtrack *t, uint64_t off, uint64_t size, char *why,
+                             size_t cap);
+
 /* Record an unmap that passed cm__vmtrack_check_unmap; returns the mappings
  * removed. */
 uint64_t cm__vmtrack_commit_unmap(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece);

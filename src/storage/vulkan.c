@@ -92,6 +92,13 @@ static const sym_def k_syms[] = {
     SYM(WaitForFences, S_DEVICE, true),
     SYM(QueueSubmit, S_DEVICE, true),
     SYM(QueueWaitIdle, S_DEVICE, true),
+    SYM(CreateCommandPool, S_DEVICE, false),
+    SYM(DestroyCommandPool, S_DEVICE, false),
+    SYM(AllocateCommandBuffers, S_DEVICE, false),
+    SYM(BeginCommandBuffer, S_DEVICE, false),
+    SYM(EndCommandBuffer, S_DEVICE, false),
+    SYM(ResetCommandBuffer, S_DEVICE, false),
+    SYM(CmdCopyBuffer, S_DEVICE, false),
 };
 #undef SYM
 

@@ -56,6 +56,14 @@ typedef struct vk_api {
   cmvk_pfn_wait_for_fences WaitForFences;
   cmvk_pfn_queue_submit QueueSubmit;
   cmvk_pfn_queue_wait_idle QueueWaitIdle;
+  /* copies (relocation; optional: without them the storage cannot copy) */
+  cmvk_pfn_create_command_pool CreateCommandPool;
+  cmvk_pfn_destroy_command_pool DestroyCommandPool;
+  cmvk_pfn_allocate_command_buffers AllocateCommandBuffers;
+  cmvk_pfn_begin_command_buffer BeginCommandBuffer;
+  cmvk_pfn_end_command_buffer EndCommandBuffer;
+  cmvk_pfn_reset_command_buffer ResetCommandBuffer;
+  cmvk_pfn_cmd_copy_buffer CmdCopyBuffer;
 } vk_api;
 
 /* ---- device ---------------------------------------------------------------------------- */

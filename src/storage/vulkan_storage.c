@@ -55,6 +55,11 @@ typedef struct vk_storage {
   cm__u64map blocks;
   block *pending;
   _Atomic uint64_t live, bytes, bytes_peak, npending, refusals, free_errors;
+  /* copies (relocation): one command buffer records them until copy_wait
+   * submits it with a fence and waits */
+  cmvk_command_pool copy_pool;
+  cmvk_command_buffer copy_cb;
+  bool copy_recording;
 } vk_storage;
 
 static uint64_t st_alignment(void *ctx) {
@@ -322,8 +327,109 @@ static int st_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_res
   return CM_OK;
 }
 
+/* ---- copies (relocation) --------------------------------------------------------- */
+
+static bool can_copy(const vk_storage *s) {
+  const vk_api *a = &s->dev->api;
+  return s->dev->queue && a->CreateCommandPool && a->DestroyCommandPool &&
+         a->AllocateCommandBuffers && a->BeginCommandBuffer && a->EndCommandBuffer &&
+         a->ResetCommandBuffer && a->CmdCopyBuffer;
+}
+
+/* The command pool and buffer of the copies, made at the first copy. */
+static int copy_objects(vk_storage *s, cm_diag_t *diag) {
+  cm_vulkan_device_t *d = s->dev;
+  if (s->copy_cb) return CM_OK;
+  cmvk_command_pool_create_info pi = {.s_type = CMVK_STYPE_COMMAND_POOL_CREATE_INFO,
+                                      .flags = CMVK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER,
+                                      .queue_family_index = d->info.queue_family};
+  cmvk_result r = d->api.CreateCommandPool(d->device, &pi, NULL, &s->copy_pool);
+  if (r != CMVK_SUCCESS) {
+    s->copy_pool = 0;
+    return cm__vk_error(diag, CM_ESTORAGE, r, "vkCreateCommandPool");
+  }
+  cmvk_command_buffer_allocate_info ai = {.s_type = CMVK_STYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                          .command_pool = s->copy_pool,
+                                          .level = CMVK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                          .command_buffer_count = 1};
+  r = d->api.AllocateCommandBuffers(d->device, &ai, &s->copy_cb);
+  if (r != CMVK_SUCCESS) {
+    d->api.DestroyCommandPool(d->device, s->copy_pool, NULL);
+    s->copy_pool = 0;
+    s->copy_cb = NULL;
+    return cm__vk_error(diag, CM_ESTORAGE, r, "vkAllocateCommandBuffers");
+  }
+  return CM_OK;
+}
+
+/* Record a copy (vkCmdCopyBuffer) into the copies' command buffer. */
+static int st_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id, uint64_t src_off,
+                   uint64_t size, cm_diag_t *diag) {
+  vk_storage *s = ctx;
+  if (!can_copy(s))
+    return cm__diag_set(diag, CM_ENOTSUP, "this Vulkan device has no queue or command entry points "
+                                          "for copies");
+  if (size == 0) return cm__diag_set(diag, CM_EINVAL, "a copy of 0 bytes");
+  int rc = CM_OK;
+  const block *src = block_range(s, src_id, src_off, size, &rc, diag);
+  if (!src) return rc;
+  const block *dst = block_range(s, dst_id, dst_off, size, &rc, diag);
+  if (!dst) return rc;
+  if (src == dst && src_off < dst_off + size && dst_off < src_off + size)
+    return cm__diag_set(diag, CM_EINVAL, "a copy of %" PRIu64 " bytes between overlapping ranges",
+                        size);
+  if ((rc = copy_objects(s, diag)) != CM_OK) return rc;
+  cm_vulkan_device_t *d = s->dev;
+  if (!s->copy_recording) {
+    cmvk_command_buffer_begin_info bi = {.s_type = CMVK_STYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = CMVK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT};
+    cmvk_result r = d->api.BeginCommandBuffer(s->copy_cb, &bi);
+    if (r != CMVK_SUCCESS) return cm__vk_error(diag, CM_ESTORAGE, r, "vkBeginCommandBuffer");
+    s->copy_recording = true;
+  }
+  cmvk_buffer_copy region = {.src_offset = src_off, .dst_offset = dst_off, .size = size};
+  d->api.CmdCopyBuffer(s->copy_cb, src->buf, dst->buf, 1, &region);
+  return CM_OK;
+}
+
+/* Submit the recorded copies with a fence and wait for it. */
+static int st_copy_wait(void *ctx, cm_diag_t *diag) {
+  vk_storage *s = ctx;
+  if (!s->copy_recording) return CM_OK;
+  cm_vulkan_device_t *d = s->dev;
+  s->copy_recording = false;
+  cmvk_result r = d->api.EndCommandBuffer(s->copy_cb);
+  const char *what = "vkEndCommandBuffer";
+  cmvk_fence f = 0;
+  if (r == CMVK_SUCCESS) {
+    cmvk_fence_create_info fi = {.s_type = CMVK_STYPE_FENCE_CREATE_INFO};
+    what = "vkCreateFence";
+    r = d->api.CreateFence(d->device, &fi, NULL, &f);
+  }
+  if (r == CMVK_SUCCESS) {
+    cmvk_submit_info si = {.s_type = CMVK_STYPE_SUBMIT_INFO,
+                           .command_buffer_count = 1,
+                           .command_buffers = &s->copy_cb};
+    what = "vkQueueSubmit (copies)";
+    pthread_mutex_lock(&d->queue_lock);
+    r = d->api.QueueSubmit(d->queue, 1, &si, f);
+    pthread_mutex_unlock(&d->queue_lock);
+    if (r == CMVK_SUCCESS) {
+      what = "vkWaitForFences (copies)";
+      r = d->api.WaitForFences(d->device, 1, &f, 1, UINT64_MAX);
+    }
+  }
+  if (f) d->api.DestroyFence(d->device, f, NULL);
+  (void)d->api.ResetCommandBuffer(s->copy_cb, 0); /* ready for the next copies */
+  return r == CMVK_SUCCESS ? CM_OK : cm__vk_error(diag, CM_ESTORAGE, r, what);
+}
+
 static void st_release(void *ctx) {
   vk_storage *s = ctx;
+  if (s->copy_pool) { /* copies are submitted and waited for by copy_wait: none pending */
+    if (s->copy_recording) (void)s->dev->api.EndCommandBuffer(s->copy_cb);
+    s->dev->api.DestroyCommandPool(s->dev->device, s->copy_pool, NULL);
+  }
   bool any = false;
   for (size_t i = 0; i < s->blocks.cap; i++)
     if (s->blocks.slots[i].key && ((block *)s->blocks.slots[i].value)->mem) any = true;
@@ -422,6 +528,8 @@ static const cm_storage_ops_t k_vulkan_ops = {
     .event_sync = dev_event_sync,
     .event_destroy = dev_event_destroy,
     .mem_info = st_mem_info,
+    .copy = st_copy,
+    .copy_wait = st_copy_wait,
     /* no vm_*: see the header comment (sparse binding is not offered) */
 };
 

@@ -38,6 +38,9 @@
  *  - Events and streams: handles must be live (CUDA_ERROR_INVALID_HANDLE
  *    after destroy); NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are
  *    always valid streams.
+ *  - cuMemcpyDtoDAsync: both ranges allocated or mapped with read-write
+ *    access for the current device, not overlapping; the copy is queued
+ *    work on both ranges until a synchronisation covers it.
  *  - Unmapping memory, or freeing it on another stream, while queued work
  *    still uses it is a violation; so is queueing work on memory that a
  *    destroyed stream's pending work still uses.
@@ -391,6 +394,32 @@ API(CUresult, cuMemFreeHost, (void *p)) {
 }
 
 /* ---- events and streams ------------------------------------------------------------------ */
+
+/* ---- copies ------------------------------------------------------------------------ */
+
+/* cuMemcpyDtoDAsync: both ranges allocated, or mapped with read-write access
+ * for the current device (work on them, as fakecuda_launch's), ByteCount > 0
+ * here (the driver accepts 0 as a no-op; cubemem never asks for one, so it is
+ * refused to catch a bug), and the ranges must not overlap (the driver's
+ * result is undefined for overlapping copies). */
+API(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)) {
+  LOCK();
+  CUresult r = check_init("cuMemcpyDtoDAsync", true);
+  if (r) RET(r);
+  if (n == 0) RET(violation(R_INVALID_VALUE, "cuMemcpyDtoDAsync of 0 bytes"));
+  if (overlaps(dst, n, src, n))
+    RET(violation(R_INVALID_VALUE, "cuMemcpyDtoDAsync(0x%llx, 0x%llx, %zu): overlapping ranges", dst,
+                  src, n));
+  uint64_t uid = 0, *seq = NULL, uid2 = 0, *seq2 = NULL;
+  r = check_work("cuMemcpyDtoDAsync (source)", s, src, n, &uid, &seq);
+  if (r) RET(r);
+  r = check_work("cuMemcpyDtoDAsync (destination)", s, dst, n, &uid2, &seq2);
+  if (r) RET(r);
+  queue_work(uid, seq, src, n);
+  queue_work(uid, seq, dst, n);
+  G.c.memcpy_dtod++;
+  RET(R_OK);
+}
 
 API(CUresult, cuEventCreate, (CUevent *e, unsigned int flags)) {
   LOCK();

@@ -76,6 +76,7 @@ typedef struct fakecuda_counts {
   uint64_t event_create, event_record, event_query, event_sync, event_destroy;
   uint64_t stream_create, stream_destroy, stream_sync, ctx_sync, ctx_push, ctx_pop;
   uint64_t retains, releases, get_attribute, mem_get_info;
+  uint64_t memcpy_dtod; /* cuMemcpyDtoDAsync calls that passed */
   uint64_t violations;
   /* held now */
   uint64_t allocations, allocation_bytes, reservations, mappings, handles, events, streams;

@@ -209,5 +209,13 @@ size_t map_lower(CUdeviceptr va);
 bool fully_mapped(CUdeviceptr p, uint64_t n, size_t *first, size_t *count);
 /* Drop handle idx once it is released and no longer mapped. */
 void handle_drop_if_done(size_t idx);
+/* May work on `stream` read and write [p, p+size): allocated, or mapped with
+ * read-write access for the current device, and no pending work of a
+ * destroyed stream on it? R_OK (uid and sequence counter of the stream set),
+ * or the violation. Queues nothing. */
+CUresult check_work(const char *fn, void *stream, CUdeviceptr p, size_t size, uint64_t *uid,
+                    uint64_t **seq);
+/* Queue work that check_work allowed. */
+void queue_work(uint64_t uid, uint64_t *seq, CUdeviceptr p, size_t size);
 
 #endif

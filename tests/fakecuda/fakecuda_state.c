@@ -272,13 +272,13 @@ void handle_drop_if_done(size_t idx) {
 }
 /* ---- test hooks -------------------------------------------------------------------------------- */
 
-FX int fakecuda_launch(void *stream, unsigned long long p, size_t size) {
-  LOCK();
-  CUresult r = check_init("fakecuda_launch", true);
-  if (r) RET(r);
-  uint64_t uid = 0, *seq = NULL; /* set by check_stream on success */
-  r = check_stream("fakecuda_launch", stream, &uid, &seq);
-  if (r) RET(r);
+/* May work on `stream` read and write [p, p+size) (see fakecuda_launch)?
+ * R_OK with the stream's uid and sequence counter, or the violation. Lock
+ * held; queues nothing. */
+CUresult check_work(const char *fn, void *stream, CUdeviceptr p, size_t size, uint64_t *uid,
+                    uint64_t **seq) {
+  CUresult r = check_stream(fn, stream, uid, seq);
+  if (r) return r;
   int d = current_dev();
   bool ok = false;
   for (size_t i = 0; i < G.allocs.n && !ok; i++) {
@@ -289,18 +289,31 @@ FX int fakecuda_launch(void *stream, unsigned long long p, size_t size) {
   if (!ok && fully_mapped(p, size, &first, &n)) {
     ok = true;
     for (size_t i = first; i < first + n; i++)
-      if (!(G.maps.v[i].access & (1u << d))) {
-        RET(violation(R_INVALID_VALUE, "work on device %d touches 0x%llx, mapped without access for it", d,
-                      G.maps.v[i].va));
-      }
+      if (!(G.maps.v[i].access & (1u << d)))
+        return violation(R_INVALID_VALUE, "%s on device %d touches 0x%llx, mapped without access for it",
+                         fn, d, G.maps.v[i].va);
   }
-  if (!ok) RET(violation(R_INVALID_VALUE, "work touches [0x%llx, +%zu), which is not allocated", p, size));
-  work_rec *w = pending_on(p, size, uid, true);
+  if (!ok) return violation(R_INVALID_VALUE, "%s touches [0x%llx, +%zu), which is not allocated", fn, p, size);
+  work_rec *w = pending_on(p, size, *uid, true);
   if (w)
-    RET(violation(R_INVALID_VALUE, "work on stream %llu reuses [0x%llx, +%zu) while pending work of the "
-                                   "destroyed stream %llu still uses it",
-                  (unsigned long long)uid, p, size, (unsigned long long)w->uid));
+    return violation(R_INVALID_VALUE, "%s on stream %llu reuses [0x%llx, +%zu) while pending work of the "
+                                      "destroyed stream %llu still uses it",
+                     fn, (unsigned long long)*uid, p, size, (unsigned long long)w->uid);
+  return R_OK;
+}
+
+void queue_work(uint64_t uid, uint64_t *seq, CUdeviceptr p, size_t size) {
   PUSH(G.work, ((work_rec){uid, ++*seq, p, size, false}));
+}
+
+FX int fakecuda_launch(void *stream, unsigned long long p, size_t size) {
+  LOCK();
+  CUresult r = check_init("fakecuda_launch", true);
+  if (r) RET(r);
+  uint64_t uid = 0, *seq = NULL; /* set by check_work on success */
+  r = check_work("work", stream, p, size, &uid, &seq);
+  if (r) RET(r);
+  queue_work(uid, seq, p, size);
   RET(R_OK);
 }
 
@@ -384,7 +397,7 @@ FX size_t fakecuda_report(char *buf, size_t cap) {
   F(mem_free_host); F(address_reserve); F(address_free); F(create); F(release); F(map); F(unmap);
   F(set_access); F(event_create); F(event_record); F(event_query); F(event_sync); F(event_destroy);
   F(stream_create); F(stream_destroy); F(stream_sync); F(ctx_sync); F(ctx_push); F(ctx_pop);
-  F(retains); F(releases); F(get_attribute); F(mem_get_info);
+  F(retains); F(releases); F(get_attribute); F(mem_get_info); F(memcpy_dtod);
 #undef F
   for (int d = 0; d < G.cfg.devices; d++)
     OUT("device%d_peak_bytes=%llu\n", d, (unsigned long long)c.used_peak[d]);

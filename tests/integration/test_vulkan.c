@@ -441,6 +441,54 @@ static void test_memory_is_real(void) {
   expect_no_messages();
 }
 
+/* ---- relocation: copies with vkCmdCopyBuffer and a fence ------------------------- */
+
+static void test_relocation(void) {
+  need_device();
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_vulkan_storage_create(g_dev, NULL, &st, NULL));
+  ASSERT(cm_storage_can_copy(st));
+  cm_manager_config_t cfg;
+  cm_manager_config_init(&cfg);
+  cfg.props = cm_vulkan_device_props(g_dev);
+  cfg.props.max_page_size = 64ull << 20;
+  cfg.preset = CM_PRESET_ADAPTIVE;
+  cm_manager_t *m = NULL;
+  ASSERT_OK(cm_manager_create(st, &cfg, &m, NULL));
+  /* four slices on a 2 MiB page, then a request that grows the page size:
+   * the first page is outdated, and relocation empties it */
+  cm_handle_t h[4], big;
+  cm_storage_handle_t before[4], after;
+  for (int i = 0; i < 4; i++) {
+    ASSERT_OK(cm_manager_reserve(m, 256 << 10, &h[i], NULL));
+    cm_binding_t b = cm_handle_binding(h[i]);
+    ASSERT_OK(cm_manager_get_storage(m, b, &before[i], NULL));
+    cm_binding_release(b);
+  }
+  ASSERT_OK(cm_manager_reserve(m, 3ull << 20, &big, NULL));
+  cm_relocate_stats_t rs;
+  cm_diag_t d = {0};
+  ASSERT_OK(cm_manager_relocate(m, CM_RELOCATE_EXPLICIT, &rs, &d));
+  EXPECT_EQ(rs.moves, 4);
+  EXPECT_EQ(rs.bytes_copied, 4 * (256 << 10));
+  for (int i = 0; i < 4; i++) {
+    cm_binding_t b = cm_handle_binding(h[i]);
+    ASSERT_OK(cm_manager_get_storage(m, b, &after, NULL));
+    cm_binding_release(b);
+    EXPECT_NE(after.id, before[i].id); /* on the current page now */
+  }
+  cm_storage_stats_t ss;
+  cm_storage_stats(cm_manager_storage(m), &ss);
+  EXPECT_EQ(ss.copies, 4);
+  EXPECT_EQ(ss.copy_waits, 1);
+  EXPECT_EQ(ss.copy_failures, 0);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  for (int i = 0; i < 4; i++) cm_handle_release(h[i]);
+  cm_handle_release(big);
+  cm_manager_destroy(m);
+  expect_no_messages();
+}
+
 /* ---- the application's own instance and device ---------------------------------- */
 
 static _Atomic uint64_t g_app_messages;
@@ -819,6 +867,7 @@ int main(void) {
   CM_RUN(test_device_with_staging);
   CM_RUN(test_threads);
   CM_RUN(test_replay_vs_sim);
+  CM_RUN(test_relocation);
   CM_RUN(test_close_clean);
   return cm_test_finish();
 }

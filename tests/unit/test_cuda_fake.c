@@ -344,6 +344,56 @@ static void test_fake_sync_storage(void) {
   EXPECT_CLEAN();
 }
 
+/* Copies (relocation): cuMemcpyDtoDAsync on the storage's stream, then an
+ * event; the driver refuses a copy touching unmapped memory, the storage
+ * refuses overlapping or out-of-bounds ranges before calling it. */
+static void test_fake_copies(void) {
+  fake_reset();
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, NULL, CM_CUDA_SYNC, &st, NULL));
+  ASSERT(cm_storage_can_copy(st));
+  const uint64_t G = 2u << 20;
+  uint64_t a = 0, b = 0, v = 0;
+  ASSERT_OK(cm_storage_alloc(st, 4096, &a, NULL));
+  ASSERT_OK(cm_storage_alloc(st, 4096, &b, NULL));
+  ASSERT_OK(cm_storage_copy(st, b, 0, a, 0, 4096, NULL));
+  ASSERT_OK(cm_storage_copy_wait(st, NULL));
+  fakecuda_counts_t k = fk_counts();
+  EXPECT_EQ(k.memcpy_dtod, 1);
+  EXPECT_EQ(k.event_record, 1);
+  EXPECT_EQ(k.event_sync, 1);
+  EXPECT_EQ(k.pending_work, 0); /* the wait completed the copy */
+  EXPECT_STATUS(cm_storage_copy(st, a, 100, a, 0, 1000, NULL), CM_EINVAL); /* overlapping */
+  EXPECT_STATUS(cm_storage_copy(st, b, 4000, a, 0, 1000, NULL), CM_EINVAL); /* out of bounds */
+  EXPECT_EQ(fk_counts().violations, 0); /* refused before the driver */
+  /* a reservation with one granule mapped: a copy into the unmapped one
+   * reaches the driver, which refuses it */
+  ASSERT_OK(cm__storage_vm_reserve(st, 2 * G, &v, NULL));
+  ASSERT_OK(cm__storage_vm_map(st, v, 0, G, G, NULL));
+  ASSERT_OK(cm_storage_copy(st, v, 0, a, 0, 4096, NULL));
+  cm_diag_t d = {0};
+  EXPECT_STATUS(cm_storage_copy(st, v, G, a, 0, 4096, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "cuMemcpyDtoDAsync");
+  EXPECT_EQ(fk_counts().violations, 1);
+  ASSERT_OK(cm_storage_copy_wait(st, NULL));
+  cm_storage_stats_t ss;
+  cm_storage_stats(st, &ss);
+  EXPECT_EQ(ss.copies, 2);
+  EXPECT_EQ(ss.bytes_copied, 8192);
+  EXPECT_EQ(ss.copy_waits, 2);
+  EXPECT_EQ(ss.copy_failures, 3);
+  ASSERT_OK(cm__storage_vm_unmap(st, v, 0, G, G, NULL));
+  ASSERT_OK(cm__storage_vm_release(st, v, 2 * G, NULL));
+  cm_storage_destroy(st);
+  cm_cuda_device_close(dev);
+  k = fk_counts();
+  EXPECT_EQ(k.events, 0); /* the copy event went with the storage */
+  EXPECT_EQ(FK.held(), 0);
+  fake_reset();
+}
+
 static void test_fake_errors(void) {
   fakecuda_config_t *cfg = fake_reset();
   cm_cuda_device_t *dev = fake_open();
@@ -1051,5 +1101,6 @@ int main(void) {
   CM_RUN(test_fake_stream_reuse);
   CM_RUN(test_fake_record_stream);
   CM_RUN(test_fake_peer_access);
+  CM_RUN(test_fake_copies);
   return cm_test_finish();
 }
