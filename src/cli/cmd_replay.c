@@ -283,6 +283,11 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
       if ((rc = cm_replay_recorder_create(t, TIMELINE_POINTS, &out->rec, d))) return rc;
       ri.observe = cm_replay_recorder_observe;
       ri.observe_arg = out->rec;
+      if (o->relocate && (out->marks = calloc(1, sizeof *out->marks))) {
+        out->marks->rec = out->rec; /* the marks' observer feeds the recorder too */
+        ri.observe = cli_reloc_observe;
+        ri.observe_arg = out->marks;
+      }
     }
     if ((rc = replay_once(env, lay, t, &ri, &out->res, &out->start_unplaced, &out->reloc, d)))
       return rc;
@@ -742,6 +747,7 @@ static void job_free(job_t *job, const opts_t *o) {
   if (job->runs)
     for (size_t k = 0; k < o->layout_count * o->trace_count; k++) {
       cm_replay_recorder_free(job->runs[k].rec);
+      cli_reloc_marks_free(job->runs[k].marks);
       free(job->runs[k].json);
       free(job->runs[k].run_stats);
       free(job->runs[k].run_failed);

@@ -66,7 +66,22 @@ typedef struct run {
   bool from_state;
   uint64_t start_unplaced;
   cm_relocate_stats_t reloc; /* with --relocate: what the replay's manager relocated */
+  struct cli_reloc_marks *marks; /* with --relocate --html: when (cli_relocate.c) */
 } run_t;
+
+/* The events at which a replay relocated (cli_relocate.c): each relocating
+ * step's event count, time, moves and bytes copied. */
+typedef struct cli_reloc_marks {
+  cm_replay_recorder_t *rec; /* the report's recorder, fed too (may be NULL) */
+  uint64_t moves, bytes;     /* the manager's totals at the last step */
+  uint64_t (*v)[4];
+  size_t n, cap;
+} cli_reloc_marks_t;
+/* A cm_replay_options_t observer (arg: a cli_reloc_marks_t). */
+void cli_reloc_observe(void *arg, const cm_replay_step_t *step);
+/* ,"events":[[event,time_us,moves,bytes],...] */
+void cli_reloc_marks_json(FILE *f, const cli_reloc_marks_t *m);
+void cli_reloc_marks_free(cli_reloc_marks_t *m); /* NULL ok */
 
 /* The modelled time of relocation copies: each byte copied is read once and
  * written once, 2 x bytes of memory traffic at `gbps` GB/s. */

@@ -163,10 +163,14 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
   if (env->o->relocate)
     fprintf(f, ",\"relocation\":{\"runs\":%" PRIu64 ",\"moves\":%" PRIu64
             ",\"bytes_copied\":%" PRIu64 ",\"abandoned\":%" PRIu64 ",\"skipped\":%" PRIu64
-            ",\"copy_bandwidth_gbps\":%.1f,\"copy_time_ns\":%.0f}",
+            ",\"copy_bandwidth_gbps\":%.1f,\"copy_time_ns\":%.0f",
             run->reloc.runs, run->reloc.moves, run->reloc.bytes_copied, run->reloc.abandoned,
             run->reloc.skipped, env->o->copy_gbps,
             cli_copy_time_ns(run->reloc.bytes_copied, env->o->copy_gbps));
+  if (env->o->relocate) { /* with --html: when it relocated, for the timeline */
+    if (run->marks) cli_reloc_marks_json(f, run->marks);
+    fputc('}', f);
+  }
   if (env->o->fit)
     fprintf(f, ",\"fit_bytes\":%" PRIu64 ",\"fit_over_live\":%.6f", run->fit_bytes,
             r->peak_live_bytes ? (double)run->fit_bytes / (double)r->peak_live_bytes : 0.0);
