@@ -558,8 +558,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       continue;
     }
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      /* main leaves replay's stdout to replay: a failed write of the help
+       * is reported here (a reader that stopped early is not an error) */
+      errno = 0;
       usage(stdout);
-      return -1;
+      if ((fflush(stdout) == 0 && !ferror(stdout)) || errno == EPIPE) return -1;
+      fprintf(stderr, "cubemem replay: cannot write the output: %s\n", strerror(errno ? errno : EIO));
+      return 1;
     }
     if (!strcmp(a, "--json")) { o->json = true; continue; }
     if (!strcmp(a, "--fit")) { o->fit = true; continue; }
