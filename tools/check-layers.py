@@ -56,9 +56,9 @@ FORBIDDEN_FOR_BACKENDS = {"memory.h", "config.h"}
 # (kind, from, to): known violations, removed by the step named.
 ALLOW = {
     # issue 30, storage step: the CUDA entry table below both CUDA files.
-    ("circle", "storage/cuda_storage.c", "storage/cuda_vm.c"): "issue 30 (storage subfolders)",
+    ("circle", "storage/cuda/cuda_storage.c", "storage/cuda/cuda_vm.c"): "issue 30 (storage subfolders)",
     # issue 30, storage step: the Vulkan storage resolves bindings through the manager.
-    ("call", "storage/vulkan_storage.c", "core/manager.c"): "issue 30 (vulkan_storage calls the manager)",
+    ("call", "storage/vulkan/vulkan_storage.c", "core/manager.c"): "issue 30 (vulkan_storage calls the manager)",
     ("include", "include/cubemem/vulkan.h", "cubemem/memory.h"): "issue 30 (vulkan_storage calls the manager)",
 }
 
@@ -103,7 +103,7 @@ def include_target(src_dir, including, name):
 
 
 def check_includes(src_dir, rep):
-    files = glob.glob(os.path.join(src_dir, "src", "*", "*.[ch]"))
+    files = glob.glob(os.path.join(src_dir, "src", "*", "**", "*.[ch]"), recursive=True)
     files += glob.glob(os.path.join(src_dir, "include", "cubemem", "*.h"))
     inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
     for path in sorted(files):

@@ -36,7 +36,7 @@
 #include "cubemem/replay.h"
 #include "cubemem/vulkan.h"
 #include "storage/storage_internal.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 /* ===== 2. a real driver ===================================================== */
 

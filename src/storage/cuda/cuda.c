@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 
 /* ---- entry-point table ------------------------------------------------------ */
 

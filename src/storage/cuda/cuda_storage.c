@@ -25,7 +25,7 @@
 #include <strings.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 #include "storage/storage_internal.h"
 
 /* Wait for the work that may still use this storage's memory (context

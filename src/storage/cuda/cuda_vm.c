@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 
 uint64_t cm__cuda_vm_granularity(void *ctx) { return ((cuda_storage *)ctx)->granularity; }
 

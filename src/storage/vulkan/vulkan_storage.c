@@ -28,8 +28,8 @@
 #include "base/util.h"
 #include "base/u64map.h"
 #include "storage/storage_internal.h"
-#include "storage/vk_abi.h"
-#include "storage/vulkan_internal.h"
+#include "storage/vulkan/vk_abi.h"
+#include "storage/vulkan/vulkan_internal.h"
 
 typedef struct block {
   uint64_t id;
