@@ -35,6 +35,7 @@
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
 #include "cubemem/vulkan.h"
+#include "cubemem/vulkan_binding.h"
 #include "storage/storage_internal.h"
 #include "storage/vulkan/vk_abi.h"
 

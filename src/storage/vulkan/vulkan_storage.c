@@ -636,15 +636,6 @@ int cm_vulkan_storage_resolve(const cm_storage_t *st, uint64_t id, uint64_t offs
   return CM_OK;
 }
 
-int cm_vulkan_resolve_binding(cm_manager_t *m, cm_binding_t bind, cm_vulkan_slice_t *out,
-                              cm_diag_t *diag) {
-  if (!m || !out) return cm__diag_set(diag, CM_EINVAL, "cm_vulkan_resolve_binding: NULL argument");
-  cm_storage_handle_t h;
-  int rc = cm_manager_get_storage(m, bind, &h, diag);
-  if (rc != CM_OK) return rc;
-  return cm_vulkan_storage_resolve(cm_manager_storage(m), h.id, h.offset, h.size, out, diag);
-}
-
 void cm_vulkan_storage_counters(const cm_storage_t *st, cm_vulkan_storage_counters_t *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
