@@ -210,6 +210,10 @@ CM_API CM_NODISCARD int cm_storage_create(const cm_storage_ops_t *ops, void *ctx
 CM_API void cm_storage_destroy(cm_storage_t *storage);
 /* Snapshot of the counters. Any thread. */
 CM_API void cm_storage_stats(const cm_storage_t *storage, cm_storage_stats_t *out);
+/* Bytes held now (stats.bytes_held) without taking the whole snapshot: one
+ * atomic load, for callers that follow it after every call. 0 for NULL. Any
+ * thread. */
+CM_API uint64_t cm_storage_bytes_held(const cm_storage_t *storage);
 /* Backend name (static or owned by the storage). */
 CM_API const char *cm_storage_name(const cm_storage_t *storage);
 /* The backend's context (owned by the storage). */
@@ -257,6 +261,26 @@ CM_API CM_NODISCARD int cm_storage_copy(cm_storage_t *s, uint64_t dst_id, uint64
 CM_API CM_NODISCARD int cm_storage_copy_wait(cm_storage_t *s, cm_diag_t *diag);
 
 /* ---- built-in storages --------------------------------------------------- */
+
+/* A share of `device`: a storage whose every operation goes to device's
+ * backend (its ops and context, not through device's wrapper), so that
+ * several managers, one per share, draw on one device (one capacity, one
+ * address space) as the streams of one GPU do, while each share counts its
+ * own calls (cm_storage_stats of the share; the device's own counters do not
+ * move). The share offers what the device's backend offers: virtual memory
+ * when cm_storage_has_vm(device), copies (relocation) when
+ * cm_storage_can_copy(device), events, poisoning, memory information and
+ * timing (started on the share when the device's timing is on); not the
+ * time by driver call, which is the device's. Ownership: the share does not
+ * own the device, which must outlive it; destroying the share (or the
+ * manager that owns it) frees the share only: what its manager held was
+ * given back to the device before, and the device keeps everything else.
+ * Thread-safety: as the device's backend: shares of a device used from
+ * several threads need a backend that allows it (the simulated device and
+ * host storage do not). Errors: CM_EINVAL (NULL argument), CM_ENOMEM (*out
+ * NULL, nothing made), with diag. */
+CM_API CM_NODISCARD int cm_storage_share_create(cm_storage_t *device, cm_storage_t **out,
+                                                cm_diag_t *diag);
 
 /* Host storage: real, zero-filled, `alignment`-aligned host memory (alignment
  * a power of two >= 1; 0 means 64). Deallocation is immediate. Supports VM

@@ -251,7 +251,11 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
     return cm_torch_replay_from(t, st, &lay->torch_opts, env->state, &tro, res, NULL, unplaced,
                                 d);
   }
-  if (per_stream(env, t)) return replay_streams(env, lay, t, st, ro, res, d);
+  if (per_stream(env, t)) {
+    rc = replay_streams(env, lay, t, st, ro, res, d);
+    if (rc == CM_OK && rel) *rel = res->relocation;
+    return rc;
+  }
   cm_manager_t *m = NULL;
   rc = manager_on(env, lay, st, &m, d);
   if (rc) return rc;

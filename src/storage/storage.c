@@ -69,6 +69,10 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   if (s->ops->call_times) s->ops->call_times(s->ctx, &out->call_ns);
 }
 
+uint64_t cm_storage_bytes_held(const cm_storage_t *s) {
+  return s ? atomic_load_explicit(&s->bytes_held, memory_order_relaxed) : 0;
+}
+
 const char *cm_storage_name(const cm_storage_t *s) {
   return (s && s->ops->name) ? s->ops->name : "storage";
 }
