@@ -46,9 +46,10 @@ FOLDER = {"base": "base", "obs": "obs", "config": "config", "storage": "storage"
           "runtime": "front", "ptr": "front", "replay": "tools", "cli": "cli"}
 # include/cubemem/*.h: the layer of what each declares.
 PUBLIC = {"common.h": "base", "log.h": "obs", "config.h": "config", "toml.h": "config",
-          "storage.h": "storage", "cuda.h": "storage", "vulkan.h": "storage",
-          "faulty.h": "storage", "memory.h": "core", "device.h": "front",
-          "dropqueue.h": "front", "vulkan_binding.h": "front", "ptr.h": "front", "cubemem.h": "front", "replay.h": "tools",
+          "storage.h": "storage", "storage_counters.h": "storage", "cuda.h": "storage",
+          "vulkan.h": "storage", "faulty.h": "storage", "memory.h": "core", "device.h": "front",
+          "dropqueue.h": "front", "vulkan_binding.h": "front", "ptr.h": "front",
+          "cubemem.h": "front", "replay.h": "tools",
           "costs.h": "tools", "torchalloc.h": "tools", "tools.h": "tools"}
 BACKEND_HEADERS = {"storage.h", "cuda.h", "vulkan.h", "faulty.h"}
 FORBIDDEN_FOR_BACKENDS = {"memory.h", "config.h"}

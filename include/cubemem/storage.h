@@ -17,6 +17,7 @@
 #define CUBEMEM_STORAGE_H
 
 #include "cubemem/common.h"
+#include "cubemem/storage_counters.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -200,6 +201,16 @@ typedef struct cm_storage_stats {
   uint64_t copies, bytes_copied, copy_waits, copy_failures;
   uint64_t time_copy_ns; /* time (timing on) in copy and copy_wait calls */
 } cm_storage_stats_t;
+
+/* Counters of `after` minus those of `before` (calls and counts, and the
+ * time by driver call), levels and peaks as in `after`: what happened
+ * between two snapshots of one storage. NULL arguments give zeros. Pure;
+ * any thread. */
+CM_API cm_storage_stats_t cm_storage_stats_diff(const cm_storage_stats_t *before,
+                                                const cm_storage_stats_t *after);
+/* Every driver call of *s, all kinds together (CM_STORAGE_CALLS). 0 for
+ * NULL. Pure; any thread. */
+CM_API uint64_t cm_storage_stats_driver_calls(const cm_storage_stats_t *s);
 
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns
  * `ctx` and calls ops->release(ctx) exactly once when destroyed; on failure the

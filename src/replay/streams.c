@@ -128,17 +128,19 @@ static void pools_at_peak(const fleet *f, size_t np, uint64_t *out) {
     }
 }
 
-/* Counters of b minus those of a, added into sum (levels added as they are). */
+/* Counters of b minus those of a, added into sum (levels added as they are;
+ * peaks left alone). */
 static void counters_add(cm_storage_stats_t *sum, const cm_storage_stats_t *a,
                          const cm_storage_stats_t *b) {
-#define D(f) sum->f += b->f - a->f
-  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
-  D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
-  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns);
-  D(time_unmap_ns); D(time_reserve_ns); D(errors); D(violations);
-#undef D
-  sum->bytes_held += b->bytes_held;
-  sum->vm_reserved += b->vm_reserved;
+  cm_storage_stats_t d = cm_storage_stats_diff(a, b);
+#define ADD(f, ...) sum->f += d.f;
+  CM_STORAGE_CALLS(ADD)
+  CM_STORAGE_COUNTS(ADD)
+  CM_STORAGE_LEVELS(ADD)
+#undef ADD
+#define ADD(f, key) sum->call_ns.f += d.call_ns.f;
+  CM_CALL_TIMES(ADD)
+#undef ADD
 }
 
 /* Add relocation totals b into a (another stream's manager). */
@@ -179,8 +181,7 @@ static void fill_device(cm_replay_result_t *out, const fleet *f, uint64_t peak) 
   out->device_allocs = d.allocs + d.maps;
   out->device_frees = d.deallocs + d.unmaps;
   out->device_time_ns = d.time_ns;
-  out->driver_calls = d.allocs + d.deallocs + d.creates + d.map_calls + d.set_access +
-                      d.unmap_calls + d.releases + d.reserves + d.address_frees + d.mem_queries;
+  out->driver_calls = cm_storage_stats_driver_calls(&d);
 }
 
 /* ---- the replay ---------------------------------------------------------------------- */

@@ -334,6 +334,10 @@ static void set_timing(void *ctx, bool on) {
   atomic_store_explicit(&((cuda_storage *)ctx)->timing, on, memory_order_relaxed);
 }
 
+#define ONE(...) +1
+_Static_assert(CU_NCALLS == 0 CM_CALL_TIMES(ONE), "one timed kind of call per cm_call_times_t field");
+#undef ONE
+
 static void call_times(void *ctx, cm_call_times_t *out) {
   cuda_storage *s = ctx;
   uint64_t v[CU_NCALLS];
