@@ -13,6 +13,7 @@
 #include "cubemem/dropqueue.h"
 #include "cubemem/cuda.h"
 #include "cubemem/vulkan.h"
+#include "cubemem/vulkan_binding.h"
 #include "cubemem/ptr.h"
 #include "cubemem/faulty.h"
 #endif

@@ -392,6 +392,12 @@ typedef struct cm_replay_result {
    * for a replay through one set of pools (the merged view). */
   cm_replay_stream_result_t *streams;
   size_t stream_count;
+
+  /* A per-stream replay (cm_replay_run_streams): the relocation totals
+   * (cm_manager_relocate_totals) summed over every stream's manager; zeros
+   * without cfg->relocate. Zeros for cm_replay_run, whose caller owns the
+   * manager and asks it. */
+  cm_relocate_stats_t relocation;
 } cm_replay_result_t;
 
 /* Replay `trace` through `m` from the calling thread: each ALLOC calls
@@ -418,7 +424,9 @@ CM_API CM_NODISCARD int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m,
  * of the sum of the streams' bytes held, read after every event;
  * pool_reports are summed over the streams, pool by pool (peaks: sums of
  * each stream's peak); the storage counters are the sums over the shares
- * (call_ns: zero). opts->observe is called with the manager of the event's
+ * (call_ns: zero); out->relocation sums the managers' relocation totals
+ * (with cfg->relocate, the shares copy through the device's backend, which
+ * must then support copies for anything to move). opts->observe is called with the manager of the event's
  * stream. A trace with one stream gives one manager, as cm_replay_run on a
  * fresh manager over `device` would (the peak is read after each event
  * rather than inside calls). The managers are destroyed before returning;

@@ -17,6 +17,7 @@
 #define CUBEMEM_STORAGE_H
 
 #include "cubemem/common.h"
+#include "cubemem/storage_counters.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -201,6 +202,16 @@ typedef struct cm_storage_stats {
   uint64_t time_copy_ns; /* time (timing on) in copy and copy_wait calls */
 } cm_storage_stats_t;
 
+/* Counters of `after` minus those of `before` (calls and counts, and the
+ * time by driver call), levels and peaks as in `after`: what happened
+ * between two snapshots of one storage. NULL arguments give zeros. Pure;
+ * any thread. */
+CM_API cm_storage_stats_t cm_storage_stats_diff(const cm_storage_stats_t *before,
+                                                const cm_storage_stats_t *after);
+/* Every driver call of *s, all kinds together (CM_STORAGE_CALLS). 0 for
+ * NULL. Pure; any thread. */
+CM_API uint64_t cm_storage_stats_driver_calls(const cm_storage_stats_t *s);
+
 /* Wrap a backend. `ops` must outlive the storage. On success the storage owns
  * `ctx` and calls ops->release(ctx) exactly once when destroyed; on failure the
  * caller still owns ctx. Errors: CM_EINVAL (missing required op), CM_ENOMEM. */
@@ -210,6 +221,10 @@ CM_API CM_NODISCARD int cm_storage_create(const cm_storage_ops_t *ops, void *ctx
 CM_API void cm_storage_destroy(cm_storage_t *storage);
 /* Snapshot of the counters. Any thread. */
 CM_API void cm_storage_stats(const cm_storage_t *storage, cm_storage_stats_t *out);
+/* Bytes held now (stats.bytes_held) without taking the whole snapshot: one
+ * atomic load, for callers that follow it after every call. 0 for NULL. Any
+ * thread. */
+CM_API uint64_t cm_storage_bytes_held(const cm_storage_t *storage);
 /* Backend name (static or owned by the storage). */
 CM_API const char *cm_storage_name(const cm_storage_t *storage);
 /* The backend's context (owned by the storage). */
@@ -257,6 +272,26 @@ CM_API CM_NODISCARD int cm_storage_copy(cm_storage_t *s, uint64_t dst_id, uint64
 CM_API CM_NODISCARD int cm_storage_copy_wait(cm_storage_t *s, cm_diag_t *diag);
 
 /* ---- built-in storages --------------------------------------------------- */
+
+/* A share of `device`: a storage whose every operation goes to device's
+ * backend (its ops and context, not through device's wrapper), so that
+ * several managers, one per share, draw on one device (one capacity, one
+ * address space) as the streams of one GPU do, while each share counts its
+ * own calls (cm_storage_stats of the share; the device's own counters do not
+ * move). The share offers what the device's backend offers: virtual memory
+ * when cm_storage_has_vm(device), copies (relocation) when
+ * cm_storage_can_copy(device), events, poisoning, memory information and
+ * timing (started on the share when the device's timing is on); not the
+ * time by driver call, which is the device's. Ownership: the share does not
+ * own the device, which must outlive it; destroying the share (or the
+ * manager that owns it) frees the share only: what its manager held was
+ * given back to the device before, and the device keeps everything else.
+ * Thread-safety: as the device's backend: shares of a device used from
+ * several threads need a backend that allows it (the simulated device and
+ * host storage do not). Errors: CM_EINVAL (NULL argument), CM_ENOMEM (*out
+ * NULL, nothing made), with diag. */
+CM_API CM_NODISCARD int cm_storage_share_create(cm_storage_t *device, cm_storage_t **out,
+                                                cm_diag_t *diag);
 
 /* Host storage: real, zero-filled, `alignment`-aligned host memory (alignment
  * a power of two >= 1; 0 means 64). Deallocation is immediate. Supports VM

@@ -83,7 +83,6 @@
 #define CUBEMEM_VULKAN_H
 
 #include "cubemem/common.h"
-#include "cubemem/memory.h"
 #include "cubemem/storage.h"
 
 #ifdef __cplusplus
@@ -263,10 +262,8 @@ typedef struct cm_vulkan_slice {
 CM_API CM_NODISCARD int cm_vulkan_storage_resolve(const cm_storage_t *s, uint64_t id,
                                                   uint64_t offset, uint64_t size,
                                                   cm_vulkan_slice_t *out, cm_diag_t *diag);
-/* cm_manager_get_storage, then cm_vulkan_storage_resolve on the manager's
- * storage. Thread: the manager's. Errors: those two functions'. */
-CM_API CM_NODISCARD int cm_vulkan_resolve_binding(cm_manager_t *m, cm_binding_t b,
-                                                  cm_vulkan_slice_t *out, cm_diag_t *diag);
+/* A manager's binding resolved the same way: cm_vulkan_resolve_binding in
+ * cubemem/vulkan_binding.h (the runtime layer, above the manager). */
 
 /* Counters of one Vulkan storage (zeros for any other storage or NULL). */
 typedef struct cm_vulkan_storage_counters {

@@ -251,7 +251,11 @@ static int replay_once(const env_t *env, const layout_t *lay, const cm_trace_t *
     return cm_torch_replay_from(t, st, &lay->torch_opts, env->state, &tro, res, NULL, unplaced,
                                 d);
   }
-  if (per_stream(env, t)) return replay_streams(env, lay, t, st, ro, res, d);
+  if (per_stream(env, t)) {
+    rc = replay_streams(env, lay, t, st, ro, res, d);
+    if (rc == CM_OK && rel) *rel = res->relocation;
+    return rc;
+  }
   cm_manager_t *m = NULL;
   rc = manager_on(env, lay, st, &m, d);
   if (rc) return rc;
@@ -327,21 +331,6 @@ static int replay_layout(const env_t *env, const layout_t *lay, const char *tnam
   return CM_OK;
 }
 
-/* Counters of b minus those of a (driver calls by kind and their measured
- * time; levels as in b). */
-static cm_storage_stats_t counters_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b) {
-  cm_storage_stats_t d = *b;
-#define D(f) d.f = b->f - a->f
-  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(creates); D(map_calls);
-  D(unmap_calls); D(releases); D(set_access); D(reserves); D(address_frees); D(mem_queries);
-  D(errors); D(violations); D(time_ns);
-  D(call_ns.creates); D(call_ns.maps); D(call_ns.set_access); D(call_ns.unmaps);
-  D(call_ns.releases); D(call_ns.allocs); D(call_ns.frees); D(call_ns.reserves);
-  D(call_ns.address_frees); D(call_ns.syncs); D(call_ns.mem_queries);
-#undef D
-  return d;
-}
-
 /* --runs: replay `t` o->runs times through one storage and manager (each
  * cm_replay_run frees what the trace left live before returning) and keep
  * each run's counters and failed reserves in out. */
@@ -365,7 +354,7 @@ static int replay_runs(const env_t *env, const layout_t *lay, const cm_trace_t *
     rc = cm_replay_run(t, m, NULL, &r, d);
     if (rc) break;
     cm_storage_stats(st, &after);
-    out->run_stats[k] = counters_delta(&before, &after);
+    out->run_stats[k] = cm_storage_stats_diff(&before, &after);
     out->run_failed[k] = r.failed_allocs;
     before = after;
     cm_replay_result_free(&r);

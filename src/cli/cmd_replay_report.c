@@ -35,21 +35,14 @@ static double ratio(const cm_replay_result_t *r) {
   return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0.0;
 }
 
-/* The driver calls of *d, every kind together. */
-static uint64_t calls_total(const cm_storage_stats_t *d) {
-  return d->allocs + d->deallocs + d->creates + d->map_calls + d->set_access + d->unmap_calls +
-         d->releases + d->reserves + d->address_frees + d->mem_queries;
-}
-
-/* "driver_calls":{kind: count} of *d (no leading comma). */
+/* "driver_calls":{kind: count} of *d (no leading comma), kinds in the order
+ * of CM_STORAGE_CALLS. */
 static void print_calls_json(FILE *f, const cm_storage_stats_t *d) {
-  fprintf(f,
-          "\"driver_calls\":{\"total\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
-          ",\"creates\":%" PRIu64 ",\"maps\":%" PRIu64 ",\"set_access\":%" PRIu64
-          ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64 ",\"reserves\":%" PRIu64
-          ",\"address_frees\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
-          calls_total(d), d->allocs, d->deallocs, d->creates, d->map_calls, d->set_access,
-          d->unmap_calls, d->releases, d->reserves, d->address_frees, d->mem_queries);
+  fprintf(f, "\"driver_calls\":{\"total\":%" PRIu64, cm_storage_stats_driver_calls(d));
+#define CALL(field, key) fprintf(f, ",\"" key "\":%" PRIu64, d->field);
+  CM_STORAGE_CALLS(CALL)
+#undef CALL
+  fputc('}', f);
 }
 
 /* --runs: "runs":[{"run":k,"failed_allocs":N,"driver_calls":{...},
@@ -79,14 +72,12 @@ static void print_driver_json(FILE *f, const cm_replay_result_t *r) {
           ",\"driver_time_ns\":{\"alloc\":%" PRIu64 ",\"free\":%" PRIu64 ",\"map\":%" PRIu64
           ",\"unmap\":%" PRIu64 ",\"reserve\":%" PRIu64 "}",
           d->time_alloc_ns, d->time_free_ns, d->time_map_ns, d->time_unmap_ns, d->time_reserve_ns);
-  const cm_call_times_t *c = &d->call_ns;
-  fprintf(f,
-          ",\"driver_call_time_ns\":{\"creates\":%" PRIu64 ",\"maps\":%" PRIu64
-          ",\"set_access\":%" PRIu64 ",\"unmaps\":%" PRIu64 ",\"releases\":%" PRIu64
-          ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64 ",\"reserves\":%" PRIu64
-          ",\"address_frees\":%" PRIu64 ",\"syncs\":%" PRIu64 ",\"mem_queries\":%" PRIu64 "}",
-          c->creates, c->maps, c->set_access, c->unmaps, c->releases, c->allocs, c->frees,
-          c->reserves, c->address_frees, c->syncs, c->mem_queries);
+  fputs(",\"driver_call_time_ns\":{", f);
+  const char *sep = "";
+#define TIME(field, key) fprintf(f, "%s\"" key "\":%" PRIu64, sep, d->call_ns.field), sep = ",";
+  CM_CALL_TIMES(TIME)
+#undef TIME
+  fputc('}', f);
   fprintf(f, ",\"storage_errors\":%" PRIu64 ",\"violations\":%" PRIu64, d->errors,
           d->violations);
 }
@@ -497,7 +488,7 @@ static void rows_model(const run_t *runs, size_t n, size_t width, const env_t *e
     if (runs[i].nruns > most) most = runs[i].nruns;
   for (unsigned k = 0; k < most; k++) {
     for (size_t i = 0; i < n; i++) {
-      if (k < runs[i].nruns) fmt_grouped(calls_total(&runs[i].run_stats[k]), c[i], 64);
+      if (k < runs[i].nruns) fmt_grouped(cm_storage_stats_driver_calls(&runs[i].run_stats[k]), c[i], 64);
       else snprintf(c[i], 64, "-");
     }
     snprintf(label, sizeof label, "run %u driver calls", k + 1);

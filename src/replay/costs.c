@@ -203,7 +203,7 @@ void cm_driver_time_model(const cm_driver_costs_t *c, const cm_storage_stats_t *
 
 uint64_t cm_driver_time_measured(const cm_storage_stats_t *s) {
   if (!s) return 0;
-  const cm_call_times_t *c = &s->call_ns;
-  return c->creates + c->maps + c->set_access + c->unmaps + c->releases + c->allocs + c->frees +
-         c->reserves + c->address_frees + c->syncs + c->mem_queries;
+#define SUM(f, key) +s->call_ns.f
+  return 0 CM_CALL_TIMES(SUM);
+#undef SUM
 }

@@ -38,8 +38,6 @@ static void snapshot_pools(cm_manager_t *m, size_t np, uint64_t *out) {
   out[np] = cm_manager_pool_report(m, CM_PERSISTENT_POOL, &r) == CM_OK ? r.usage.bytes_reserved : 0;
 }
 
-static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b);
-
 /* What one run allocates: a handle per trace slot, the pool reports, and
  * with a timeline its samples and the per-pool bytes at the reserved peak. */
 typedef struct run_bufs {
@@ -156,11 +154,8 @@ static void fill_storage(cm_replay_result_t *out, const cm_storage_stats_t *s0,
   out->device_allocs = s1->allocs - s0->allocs + out->device_maps;
   out->device_frees = s1->deallocs - s0->deallocs + out->device_unmaps;
   out->device_time_ns = s1->time_ns - s0->time_ns;
-  out->storage = stats_delta(s0, s1);
-  const cm_storage_stats_t *d = &out->storage;
-  out->driver_calls = d->allocs + d->deallocs + d->creates + d->map_calls + d->set_access +
-                      d->unmap_calls + d->releases + d->reserves + d->address_frees +
-                      d->mem_queries;
+  out->storage = cm_storage_stats_diff(s0, s1);
+  out->driver_calls = cm_storage_stats_driver_calls(&out->storage);
 }
 
 int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_options_t *opts,
@@ -250,21 +245,6 @@ int cm_replay_run(const cm_trace_t *trace, cm_manager_t *m, const cm_replay_opti
   out->timeline = b.tl;
   out->timeline_count = tv.ntl;
   return CM_OK;
-}
-
-/* Counters of b minus those of a; levels and peaks as in b. */
-static cm_storage_stats_t stats_delta(const cm_storage_stats_t *a, const cm_storage_stats_t *b) {
-  cm_storage_stats_t d = *b;
-#define D(f) d.f = b->f - a->f
-  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
-  D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
-  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns);
-  D(time_unmap_ns); D(time_reserve_ns); D(errors); D(violations);
-  D(call_ns.creates); D(call_ns.maps); D(call_ns.set_access); D(call_ns.unmaps);
-  D(call_ns.releases); D(call_ns.allocs); D(call_ns.frees); D(call_ns.reserves);
-  D(call_ns.address_frees); D(call_ns.syncs); D(call_ns.mem_queries);
-#undef D
-  return d;
 }
 
 void cm_replay_result_free(cm_replay_result_t *r) {

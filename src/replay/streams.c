@@ -3,10 +3,10 @@
  * stream on one device, as cubemem's runtime layer (device.c) and PyTorch
  * give every stream its own pools.
  *
- * Sharing the device. Each stream's manager owns a "share" storage: a thin
- * backend whose every operation forwards to the backend of the caller's
- * device storage (its ops and context), so all streams draw on the same
- * memory (one capacity, one address space) while each share's wrapper keeps
+ * Sharing the device. Each stream's manager owns a share of the caller's
+ * device storage (cm_storage_share_create, cubemem/storage.h): all streams
+ * draw on the same memory (one capacity, one address space), with the
+ * device's virtual memory and copies (relocation), while each share keeps
  * that stream's own counters. A share's release frees the share only; the
  * device and what it holds stay the caller's.
  *
@@ -24,109 +24,11 @@
  *
  * Exports cm_replay_run_streams.
  */
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "cubemem/replay.h"
-#include "storage/storage_internal.h"
-
-/* ---- the share storage ------------------------------------------------------ */
-
-typedef struct share {
-  cm_storage_t *dev; /* the caller's device: its backend does the work */
-} share;
-
-#define DEV(c) (((share *)(c))->dev)
-#define OPS(c) (DEV(c)->ops)
-#define CTX(c) (DEV(c)->ctx)
-
-static uint64_t sh_alignment(void *c) { return OPS(c)->alignment ? OPS(c)->alignment(CTX(c)) : 1; }
-static int sh_alloc(void *c, uint64_t size, uint64_t *id, cm_diag_t *d) {
-  return OPS(c)->alloc(CTX(c), size, id, d);
-}
-static void sh_dealloc(void *c, uint64_t id) { OPS(c)->dealloc(CTX(c), id); }
-static int sh_flush(void *c) { return OPS(c)->flush ? OPS(c)->flush(CTX(c)) : CM_OK; }
-static int sh_get(void *c, uint64_t id, uint64_t off, uint64_t size, cm_resource_t *out,
-                  cm_diag_t *d) {
-  return OPS(c)->get(CTX(c), id, off, size, out, d);
-}
-static void sh_release(void *c) { free(c); }
-static int sh_ev_record(void *c, void **ev, cm_diag_t *d) {
-  if (!OPS(c)->event_record) {
-    *ev = NULL;
-    return CM_OK;
-  }
-  return OPS(c)->event_record(CTX(c), ev, d);
-}
-static int sh_ev_query(void *c, void *ev) {
-  return OPS(c)->event_query ? OPS(c)->event_query(CTX(c), ev) : 1;
-}
-static int sh_ev_sync(void *c, void *ev) {
-  return OPS(c)->event_sync ? OPS(c)->event_sync(CTX(c), ev) : CM_OK;
-}
-static void sh_ev_destroy(void *c, void *ev) {
-  if (OPS(c)->event_destroy) OPS(c)->event_destroy(CTX(c), ev);
-}
-static uint64_t sh_gran(void *c) {
-  return OPS(c)->vm_granularity ? OPS(c)->vm_granularity(CTX(c)) : 0;
-}
-static int sh_vm_reserve(void *c, uint64_t size, uint64_t *id, cm_diag_t *d) {
-  return OPS(c)->vm_reserve(CTX(c), size, id, d);
-}
-static int sh_vm_map(void *c, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
-                     cm_diag_t *d) {
-  return OPS(c)->vm_map(CTX(c), id, off, size, piece, d);
-}
-static int sh_vm_unmap(void *c, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
-                       cm_diag_t *d) {
-  return OPS(c)->vm_unmap(CTX(c), id, off, size, piece, d);
-}
-static int sh_vm_release(void *c, uint64_t id, cm_diag_t *d) {
-  return OPS(c)->vm_release(CTX(c), id, d);
-}
-static void sh_poison(void *c, uint64_t id, uint64_t off, uint64_t size, bool p) {
-  if (OPS(c)->poison) OPS(c)->poison(CTX(c), id, off, size, p);
-}
-static int sh_mem_info(void *c, uint64_t *f, uint64_t *t) {
-  if (!OPS(c)->mem_info) return CM_ENOTSUP;
-  return OPS(c)->mem_info(CTX(c), f, t);
-}
-static void sh_set_timing(void *c, bool on) {
-  if (OPS(c)->set_timing) OPS(c)->set_timing(CTX(c), on);
-}
-
-/* Shares of a device with VM support, and of one without (the wrapper reads
- * a NULL vm_granularity as "no VM"). The time by driver call is the
- * device's: shares do not report it (it would count once per stream). */
-static const cm_storage_ops_t share_vm_ops = {
-    .name = "share", .alignment = sh_alignment, .alloc = sh_alloc, .dealloc = sh_dealloc,
-    .flush = sh_flush, .get = sh_get, .release = sh_release, .event_record = sh_ev_record,
-    .event_query = sh_ev_query, .event_sync = sh_ev_sync, .event_destroy = sh_ev_destroy,
-    .vm_granularity = sh_gran, .vm_reserve = sh_vm_reserve, .vm_map = sh_vm_map,
-    .vm_unmap = sh_vm_unmap, .vm_release = sh_vm_release, .poison = sh_poison,
-    .mem_info = sh_mem_info, .set_timing = sh_set_timing};
-static const cm_storage_ops_t share_ops = {
-    .name = "share", .alignment = sh_alignment, .alloc = sh_alloc, .dealloc = sh_dealloc,
-    .flush = sh_flush, .get = sh_get, .release = sh_release, .event_record = sh_ev_record,
-    .event_query = sh_ev_query, .event_sync = sh_ev_sync, .event_destroy = sh_ev_destroy,
-    .poison = sh_poison, .mem_info = sh_mem_info, .set_timing = sh_set_timing};
-
-/* A share of `dev` in *out. CM_ENOMEM (nothing made) on failure. */
-static int share_create(cm_storage_t *dev, cm_storage_t **out) {
-  share *c = calloc(1, sizeof *c);
-  if (!c) return CM_ENOMEM;
-  c->dev = dev;
-  const cm_storage_ops_t *ops = cm_storage_has_vm(dev) ? &share_vm_ops : &share_ops;
-  int rc = cm_storage_create(ops, c, out);
-  if (rc != CM_OK) {
-    free(c);
-    return rc;
-  }
-  if (dev->timing) cm_storage_set_timing(*out, true);
-  return CM_OK;
-}
 
 /* ---- the managers ------------------------------------------------------------ */
 
@@ -166,12 +68,10 @@ static int fleet_create(fleet *f, size_t n, cm_storage_t *dev, const cm_manager_
   }
   for (size_t k = 0; k < n; k++) {
     cm_storage_t *st = NULL;
-    int rc = share_create(dev, &st);
+    int rc = cm_storage_share_create(dev, &st, diag);
     if (rc == CM_OK) {
       rc = cm_manager_create(st, cfg, &f->m[k], diag);
       if (rc != CM_OK) cm_storage_destroy(st);
-    } else {
-      cm__diag_set(diag, rc, "out of memory preparing the replay");
     }
     if (rc != CM_OK) {
       fleet_free(f);
@@ -228,20 +128,33 @@ static void pools_at_peak(const fleet *f, size_t np, uint64_t *out) {
     }
 }
 
-/* Counters of b minus those of a, added into sum (levels added as they are). */
+/* Counters of b minus those of a, added into sum (levels added as they are;
+ * peaks left alone). */
 static void counters_add(cm_storage_stats_t *sum, const cm_storage_stats_t *a,
                          const cm_storage_stats_t *b) {
-#define D(f) sum->f += b->f - a->f
-  D(allocs); D(deallocs); D(failed_allocs); D(maps); D(unmaps); D(flushes); D(gets); D(time_ns);
-  D(creates); D(map_calls); D(unmap_calls); D(releases); D(set_access); D(reserves);
-  D(address_frees); D(mem_queries); D(time_alloc_ns); D(time_free_ns); D(time_map_ns);
-  D(time_unmap_ns); D(time_reserve_ns); D(errors); D(violations);
-#undef D
-  sum->bytes_held += b->bytes_held;
-  sum->vm_reserved += b->vm_reserved;
+  cm_storage_stats_t d = cm_storage_stats_diff(a, b);
+#define ADD(f, ...) sum->f += d.f;
+  CM_STORAGE_CALLS(ADD)
+  CM_STORAGE_COUNTS(ADD)
+  CM_STORAGE_LEVELS(ADD)
+#undef ADD
+#define ADD(f, key) sum->call_ns.f += d.call_ns.f;
+  CM_CALL_TIMES(ADD)
+#undef ADD
 }
 
-/* The device-wide storage figures of out from every share's counters. */
+/* Add relocation totals b into a (another stream's manager). */
+static void relocation_add(cm_relocate_stats_t *a, const cm_relocate_stats_t *b) {
+  a->runs += b->runs;
+  a->moves += b->moves;
+  a->bytes_copied += b->bytes_copied;
+  a->abandoned += b->abandoned;
+  a->skipped += b->skipped;
+  a->bytes_released += b->bytes_released;
+}
+
+/* The device-wide storage figures of out from every share's counters, and
+ * the relocation totals of every stream's manager. */
 static void fill_device(cm_replay_result_t *out, const fleet *f, uint64_t peak) {
   cm_storage_stats_t d;
   memset(&d, 0, sizeof d);
@@ -255,6 +168,11 @@ static void fill_device(cm_replay_result_t *out, const fleet *f, uint64_t peak) 
   }
   d.bytes_held_peak = peak;
   out->storage = d;
+  for (size_t k = 0; k < f->n; k++) {
+    cm_relocate_stats_t r;
+    cm_manager_relocate_totals(f->m[k], &r);
+    relocation_add(&out->relocation, &r);
+  }
   out->peak_reserved_bytes = peak;
   out->manager_reserved_peak = peak;
   out->reserved_at_end = d.bytes_held;
@@ -263,8 +181,7 @@ static void fill_device(cm_replay_result_t *out, const fleet *f, uint64_t peak) 
   out->device_allocs = d.allocs + d.maps;
   out->device_frees = d.deallocs + d.unmaps;
   out->device_time_ns = d.time_ns;
-  out->driver_calls = d.allocs + d.deallocs + d.creates + d.map_calls + d.set_access +
-                      d.unmap_calls + d.releases + d.reserves + d.address_frees + d.mem_queries;
+  out->driver_calls = cm_storage_stats_driver_calls(&d);
 }
 
 /* ---- the replay ---------------------------------------------------------------------- */
@@ -283,7 +200,7 @@ typedef struct loop {
 /* After event i (of n) on stream k: the device total, its peak and the
  * timeline. */
 static void account(loop *l, fleet *f, cm_replay_result_t *out, size_t k, size_t i, size_t n) {
-  uint64_t held = atomic_load_explicit(&f->st[k]->bytes_held, memory_order_relaxed);
+  uint64_t held = cm_storage_bytes_held(f->st[k]);
   l->total = l->total - f->held[k] + held;
   f->held[k] = held;
   if (l->total > l->peak) {

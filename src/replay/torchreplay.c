@@ -33,9 +33,7 @@ static void fill_storage(cm_replay_result_t *out, const cm_storage_stats_t *s) {
   out->device_frees = s->deallocs + s->unmaps;
   out->device_time_ns = s->time_ns;
   out->storage = *s;
-  out->driver_calls = s->allocs + s->deallocs + s->creates + s->map_calls + s->set_access +
-                      s->unmap_calls + s->releases + s->reserves + s->address_frees +
-                      s->mem_queries;
+  out->driver_calls = cm_storage_stats_driver_calls(s);
 }
 
 /* Per-stream figures (opts->per_stream): the streams of the trace, each

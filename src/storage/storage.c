@@ -13,6 +13,17 @@
 #include "base/util.h"
 #include "storage/storage_internal.h"
 
+/* The lists of cubemem/storage_counters.h name every field of
+ * cm_storage_stats_t, and CM_CALL_TIMES every field of cm_call_times_t. */
+#define ONE(...) +1
+_Static_assert(sizeof(cm_call_times_t) == (0 CM_CALL_TIMES(ONE)) * sizeof(uint64_t),
+               "CM_CALL_TIMES lists every field of cm_call_times_t");
+_Static_assert(sizeof(cm_storage_stats_t) ==
+                   (0 CM_STORAGE_CALLS(ONE) CM_STORAGE_COUNTS(ONE) CM_STORAGE_LEVELS(ONE)
+                        CM_STORAGE_PEAKS(ONE)) * sizeof(uint64_t) + sizeof(cm_call_times_t),
+               "the lists of cubemem/storage_counters.h name every field of cm_storage_stats_t");
+#undef ONE
+
 int cm_storage_create(const cm_storage_ops_t *ops, void *ctx, cm_storage_t **out) {
   if (!out) return CM_EINVAL;
   *out = NULL;
@@ -67,6 +78,33 @@ void cm_storage_stats(const cm_storage_t *s, cm_storage_stats_t *out) {
   out->copy_failures = atomic_load(&s->copy_failures);
   out->time_copy_ns = atomic_load(&s->time_copy_ns);
   if (s->ops->call_times) s->ops->call_times(s->ctx, &out->call_ns);
+}
+
+cm_storage_stats_t cm_storage_stats_diff(const cm_storage_stats_t *before,
+                                         const cm_storage_stats_t *after) {
+  cm_storage_stats_t d;
+  memset(&d, 0, sizeof d);
+  if (!before || !after) return d;
+  d = *after;
+#define DIFF(f, ...) d.f = after->f - before->f;
+  CM_STORAGE_CALLS(DIFF)
+  CM_STORAGE_COUNTS(DIFF)
+#undef DIFF
+#define DIFF(f, key) d.call_ns.f = after->call_ns.f - before->call_ns.f;
+  CM_CALL_TIMES(DIFF)
+#undef DIFF
+  return d;
+}
+
+uint64_t cm_storage_stats_driver_calls(const cm_storage_stats_t *s) {
+  if (!s) return 0;
+#define SUM(f, key) +s->f
+  return 0 CM_STORAGE_CALLS(SUM);
+#undef SUM
+}
+
+uint64_t cm_storage_bytes_held(const cm_storage_t *s) {
+  return s ? atomic_load_explicit(&s->bytes_held, memory_order_relaxed) : 0;
 }
 
 const char *cm_storage_name(const cm_storage_t *s) {

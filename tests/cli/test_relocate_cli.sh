@@ -8,6 +8,10 @@
 #   - without --relocate the JSON has no "relocation" and does not change;
 #   - --html marks the relocating events ("events" in the embedded JSON);
 #   - fit --relocate needs no larger a device than fit;
+#   - per stream: the same trace with a second stream holding one small
+#     block fits one granule more with --relocate (the streams' managers
+#     copy through their shares of the device) and reports the moves
+#     summed over the streams, as the merged replay does;
 #   - a bad --copy-bandwidth is a usage error (exit 2).
 set -euo pipefail
 BUILD=${1:?usage: test_relocate_cli.sh BUILD_DIR SOURCE_DIR}
@@ -41,6 +45,25 @@ grep -q 'relocated allocations' "$WORK/reloc.txt" && grep -q 'copy time (model)'
   && ok "text report rows" || bad "text report: $(cat "$WORK/reloc.txt")"
 "$CLI" replay --no-config --no-progress --device-memory $CAP --relocate --html "$WORK/r.html" "$T" >/dev/null
 grep -q '"events":\[\[' "$WORK/r.html" && ok "--html marks relocating events" || bad "no relocation events in the HTML"
+# Per stream: stream 0x7 holds 1008 bytes (one granule of its own pools)
+# during the whole trace; stream 0x0 is the trace above.
+{ head -1 "$T"; echo "1,00:00:00.000000,allocate,0x7770000,1008,0x7"; tail -n +2 "$T"
+  echo "1,00:59:00.000000,free,0x7770000,1008,0x7"; } >"$WORK/two.csv"
+CAP2=$((CAP + 2097152))
+"$CLI" replay --no-config --no-progress --device-memory $CAP2 --relocate --json "$WORK/two.csv" \
+  >"$WORK/two.json"
+[ "$(field "$WORK/two.json" 'len(d["streams"])')" = 2 ] && ok "two streams, each with its own pools" \
+  || bad "not replayed per stream"
+[ "$(field "$WORK/two.json" 'd["failed_allocs"]')" = 0 ] && ok "per stream with relocation it fits" \
+  || bad "per stream failed with --relocate"
+[ "$(field "$WORK/two.json" 'd["relocation"]["moves"]')" = "$moves" ] \
+  && [ "$(field "$WORK/two.json" 'd["relocation"]["bytes_copied"]')" = "$bytes" ] \
+  && ok "per stream: the same $moves moves and $bytes bytes as merged" \
+  || bad "per stream relocation: $(field "$WORK/two.json" 'd["relocation"]')"
+"$CLI" replay --no-config --no-progress --device-memory $CAP2 --relocate "$WORK/two.csv" \
+  >"$WORK/two.txt"
+grep -Eq 'relocated allocations +[1-9]' "$WORK/two.txt" && ok "per stream: text report counts the moves" \
+  || bad "per stream text report: $(grep relocated "$WORK/two.txt")"
 a=$("$CLI" fit --no-config --no-progress --pools default --json "$T" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["fit_bytes"])')
 b=$("$CLI" fit --no-config --no-progress --pools default --relocate --json "$T" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["fit_bytes"])')
 [ "$b" -le "$a" ] && [ "$b" -le $CAP ] && ok "fit $a, with --relocate $b" || bad "fit $a, with --relocate $b"

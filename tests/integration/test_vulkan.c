@@ -35,8 +35,9 @@
 #include "cubemem/cubemem.h"
 #include "cubemem/replay.h"
 #include "cubemem/vulkan.h"
+#include "cubemem/vulkan_binding.h"
 #include "storage/storage_internal.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 /* ===== 2. a real driver ===================================================== */
 

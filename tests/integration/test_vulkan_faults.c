@@ -28,7 +28,7 @@
 #include "cubemem/faulty.h"
 #include "cubemem/replay.h"
 #include "cubemem/vulkan.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 /* ---- Vulkan errors: an application's entry points that fail on demand ------------- */
 

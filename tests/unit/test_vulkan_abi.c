@@ -6,7 +6,7 @@
  * libvulkan-dev) the test skips.
  */
 #include "cm_test.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 #if defined(__has_include)
 #if __has_include(<vulkan/vulkan_core.h>)

@@ -12,7 +12,7 @@
 #include "cm_test.h"
 #include "cubemem/cubemem.h"
 #include "cubemem/vulkan.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 static void test_no_loader_env(void) {
   const char *old = getenv("CM_VULKAN_LIBRARY");

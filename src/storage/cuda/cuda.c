@@ -2,8 +2,10 @@
  * cuda.c - CUDA device and pinned-host storages over the driver API, loaded
  * at run time (spec §2.1, §2.2; cubemem/cuda.h): driver loading, the
  * entry-point table, devices, contexts, stream identity and the events on
- * any stream. The storages are in cuda_storage.c, their virtual memory in
- * cuda_vm.c; the driver ABI and the shared layout in cuda_internal.h.
+ * any stream. The storages are in cuda_storage.c, their records in
+ * cuda_entries.c, their virtual memory in cuda_vm.c; the driver ABI and the
+ * shared layout in cuda_internal.h. The entry-point table is the bottom of
+ * the CUDA files: the three others call into it, it calls none of them.
  *
  * Loading. A device owns a table of driver entry points, resolved by name
  * from dlopen(CM_CUDA_LIBRARY or "libcuda.so.1") or from a caller's resolver.
@@ -24,7 +26,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 
 /* ---- entry-point table ------------------------------------------------------ */
 

@@ -3,9 +3,13 @@
  * nothing here is exported from the library):
  *   cuda.c          driver loading, the entry-point table, devices, contexts,
  *                   stream identity and the events on any stream;
- *   cuda_storage.c  the device and pinned-host storages: allocation records,
- *                   the dealloc queue, events, creation and counters;
+ *   cuda_entries.c  the allocation records (the entry table), freeing an
+ *                   entry's memory, unmapping VM records, retried releases;
+ *   cuda_storage.c  the device and pinned-host storages: the dealloc queue,
+ *                   events, copies, creation and counters;
  *   cuda_vm.c       the virtual memory operations and peer access grants.
+ * Calls go one way: cuda_storage.c -> cuda_vm.c -> cuda_entries.c -> cuda.c
+ * (cuda_storage.c also calls cuda_entries.c and cuda.c directly).
  *
  * Driver ABI. Declared here by hand (no CUDA headers needed to build); the
  * signatures and constants follow NVIDIA's CUDA Driver API reference and
@@ -227,11 +231,6 @@ typedef struct cuda_storage {
     if (dt__) atomic_fetch_add_explicit(&(s)->call_ns[k], dt__, memory_order_relaxed);    \
   } while (0)
 
-/* Release the handles whose cuMemRelease failed before (dev->lock held or
- * the storage going, context pushed); those that fail again stay. Returns
- * how many stay. */
-size_t cm__cuda_retry_releases(cuda_storage *s);
-
 /* cuda.c */
 
 /* "CUDA_ERROR_X (text)" for a driver result. */
@@ -250,7 +249,7 @@ void cm__cuda_device_ref(cm_cuda_device_t *d);
 /* Drop one reference; the last releases the primary context and frees d. */
 void cm__cuda_device_unref(cm_cuda_device_t *d);
 
-/* cuda_storage.c */
+/* cuda_entries.c: the allocation records */
 
 /* Wait for the work that may still use this storage's memory (context
  * pushed): its stream, or the whole context once the stream is retired. */
@@ -258,18 +257,28 @@ CUresult cm__cuda_wait_idle(cuda_storage *s);
 /* Give e the storage's next id and put it in the entry map; CM_ENOMEM on
  * host OOM (nothing changed). */
 int cm__cuda_add_entry(cuda_storage *s, entry *e, uint64_t *out_id);
+/* Take entry `id` out of the entry map (NULL when unknown). */
+entry *cm__cuda_remove_entry(cuda_storage *s, uint64_t id);
 /* Free the memory of one entry (context pushed by the caller). Returns
  * CM_ESTORAGE when the driver refused a synchronous free. */
 int cm__cuda_free_entry_memory(cuda_storage *s, entry *e);
 /* Free an entry record (not its memory). */
 void cm__cuda_destroy_entry(entry *e);
 
-/* cuda_vm.c: the device storage's vm_* ops (cm_storage_ops_t) */
-
 /* Unmap and release mappings [i, i+n) of e (context pushed); the failures
  * are counted in free_errors. Returns the number that failed; those stay
  * recorded. */
 size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n);
+/* Release the handles whose cuMemRelease failed before (dev->lock held or
+ * the storage going, context pushed); those that fail again stay. Returns
+ * how many stay. */
+size_t cm__cuda_retry_releases(cuda_storage *s);
+/* Remember a handle whose cuMemRelease failed, for cm__cuda_retry_releases
+ * (without host memory for the record it is lost to this storage). */
+void cm__cuda_keep_unreleased(cuda_storage *s, CUmemGenericAllocationHandle h);
+
+/* cuda_vm.c: the device storage's vm_* ops (cm_storage_ops_t) */
+
 uint64_t cm__cuda_vm_granularity(void *ctx);
 int cm__cuda_vm_reserve(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag);
 int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,

@@ -28,8 +28,8 @@
 #include "base/util.h"
 #include "base/u64map.h"
 #include "storage/storage_internal.h"
-#include "storage/vk_abi.h"
-#include "storage/vulkan_internal.h"
+#include "storage/vulkan/vk_abi.h"
+#include "storage/vulkan/vulkan_internal.h"
 
 typedef struct block {
   uint64_t id;
@@ -634,15 +634,6 @@ int cm_vulkan_storage_resolve(const cm_storage_t *st, uint64_t id, uint64_t offs
   out->device_address = b->address ? b->address + offset : 0;
   out->host = b->host ? (char *)b->host + offset : NULL;
   return CM_OK;
-}
-
-int cm_vulkan_resolve_binding(cm_manager_t *m, cm_binding_t bind, cm_vulkan_slice_t *out,
-                              cm_diag_t *diag) {
-  if (!m || !out) return cm__diag_set(diag, CM_EINVAL, "cm_vulkan_resolve_binding: NULL argument");
-  cm_storage_handle_t h;
-  int rc = cm_manager_get_storage(m, bind, &h, diag);
-  if (rc != CM_OK) return rc;
-  return cm_vulkan_storage_resolve(cm_manager_storage(m), h.id, h.offset, h.size, out, diag);
 }
 
 void cm_vulkan_storage_counters(const cm_storage_t *st, cm_vulkan_storage_counters_t *out) {

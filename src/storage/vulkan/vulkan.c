@@ -10,7 +10,7 @@
  * vkGetDeviceProcAddr(device, ...) (no loader trampolines on the hot path).
  * vkGetInstanceProcAddr itself comes from dlopen(CM_VULKAN_LIBRARY or
  * "libvulkan.so.1") or from the application. The ABI is declared by hand in
- * storage/vk_abi.h. The library is not dlclose'd once an instance exists,
+ * storage/vulkan/vk_abi.h. The library is not dlclose'd once an instance exists,
  * since drivers loaded through it may have registered exit handlers.
  *
  * Device. Opening chooses the physical device, the first queue family with
@@ -37,8 +37,8 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "storage/vk_abi.h"
-#include "storage/vulkan_internal.h"
+#include "storage/vulkan/vk_abi.h"
+#include "storage/vulkan/vulkan_internal.h"
 
 #define CM_VULKAN_DEFAULT_LIBRARY "libvulkan.so.1"
 #define CM_VK_VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"

@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 
 #include "cubemem/vulkan.h"
-#include "storage/vk_abi.h"
+#include "storage/vulkan/vk_abi.h"
 
 /* ---- entry points ---------------------------------------------------------------- */
 

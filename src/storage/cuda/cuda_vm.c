@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 
 uint64_t cm__cuda_vm_granularity(void *ctx) { return ((cuda_storage *)ctx)->granularity; }
 
@@ -80,55 +80,6 @@ static size_t map_lower(const entry *e, uint64_t off) {
   return lo;
 }
 
-/* Remember a handle whose cuMemRelease failed. Without host memory for the
- * record it is lost to this storage (counted in free_errors already). */
-static void keep_unreleased(cuda_storage *s, CUmemGenericAllocationHandle h) {
-  if (s->nunreleased == s->capunreleased) {
-    size_t ncap = s->capunreleased ? 2 * s->capunreleased : 8;
-    CUmemGenericAllocationHandle *nv = realloc(s->unreleased, ncap * sizeof *nv);
-    if (!nv) return;
-    s->unreleased = nv;
-    s->capunreleased = ncap;
-  }
-  s->unreleased[s->nunreleased++] = h;
-}
-
-size_t cm__cuda_retry_releases(cuda_storage *s) {
-  size_t w = 0;
-  for (size_t i = 0; i < s->nunreleased; i++) {
-    CUresult r;
-    CU_TIMED(s, CU_RELEASE, r = s->dev->api.MemRelease(s->unreleased[i]));
-    if (r != CUDA_SUCCESS) s->unreleased[w++] = s->unreleased[i];
-  }
-  s->nunreleased = w;
-  return w;
-}
-
-/* Unmap and release mappings [i, i+n) of e (cuda_internal.h). */
-size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
-  const cu_api *a = &s->dev->api;
-  size_t failed = 0, w = i;
-  for (size_t k = i; k < i + n; k++) {
-    vm_mapping m = e->maps[k];
-    CUresult r;
-    CU_TIMED(s, CU_UNMAP, r = a->MemUnmap(e->ptr + m.offset, (size_t)m.size));
-    if (r != CUDA_SUCCESS) {
-      failed++;
-      e->maps[w++] = m; /* still mapped: keep the record */
-      continue;
-    }
-    CU_TIMED(s, CU_RELEASE, r = a->MemRelease(m.handle));
-    if (r != CUDA_SUCCESS) { /* unmapped but still allocated: keep it, release it later */
-      atomic_fetch_add(&s->free_errors, 1);
-      keep_unreleased(s, m.handle);
-    }
-  }
-  memmove(e->maps + w, e->maps + i + n, (e->nmaps - i - n) * sizeof *e->maps);
-  e->nmaps -= i + n - w;
-  if (failed) atomic_fetch_add(&s->free_errors, failed);
-  return failed;
-}
-
 int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
                     cm_diag_t *diag) {
   cuda_storage *s = ctx;
@@ -183,7 +134,7 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
       CU_TIMED(s, CU_RELEASE, rr = a->MemRelease(h));
       if (rr != CUDA_SUCCESS) {
         atomic_fetch_add(&s->free_errors, 1);
-        keep_unreleased(s, h);
+        cm__cuda_keep_unreleased(s, h);
       }
       what = "cuMemMap";
       break;

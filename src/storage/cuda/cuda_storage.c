@@ -1,7 +1,8 @@
 /*
  * cuda_storage.c - the CUDA device and pinned-host storages (cubemem/cuda.h):
- * allocation records, the dealloc queue, events, creation and counters. The
- * virtual memory operations are in cuda_vm.c, the device in cuda.c.
+ * the dealloc queue, events, copies, creation and counters. The allocation
+ * records are in cuda_entries.c, the virtual memory operations in cuda_vm.c,
+ * the device in cuda.c.
  *
  * Storage model. Ids are minted per storage from 1. Each id maps (hash map)
  * to an entry {pointer, size, kind}; kind says how it was obtained: ZERO (a
@@ -25,15 +26,8 @@
 #include <strings.h>
 
 #include "base/util.h"
-#include "storage/cuda_internal.h"
+#include "storage/cuda/cuda_internal.h"
 #include "storage/storage_internal.h"
-
-/* Wait for the work that may still use this storage's memory (context
- * pushed): the storage's stream, or, once its stream was destroyed, the
- * whole context (work queued on a destroyed stream still runs). */
-CUresult cm__cuda_wait_idle(cuda_storage *s) {
-  return s->retired ? s->dev->api.CtxSynchronize() : s->dev->api.StreamSynchronize(s->stream);
-}
 
 static uint64_t dev_alignment(void *ctx) {
   (void)ctx;
@@ -42,76 +36,6 @@ static uint64_t dev_alignment(void *ctx) {
 static uint64_t host_alignment(void *ctx) {
   (void)ctx;
   return 16;
-}
-
-/* The entry map of a device storage changes under dev->lock, so that a peer
- * grant (cm_cuda_device_enable_peer_access) can walk it from another thread. */
-static void entries_lock(cuda_storage *s) {
-  if (!s->pinned) pthread_mutex_lock(&s->dev->lock);
-}
-static void entries_unlock(cuda_storage *s) {
-  if (!s->pinned) pthread_mutex_unlock(&s->dev->lock);
-}
-
-static entry *remove_entry(cuda_storage *s, uint64_t id) {
-  entries_lock(s);
-  entry *e = cm__u64map_remove(&s->entries, id);
-  entries_unlock(s);
-  return e;
-}
-
-int cm__cuda_add_entry(cuda_storage *s, entry *e, uint64_t *out_id) {
-  e->id = s->next_id;
-  entries_lock(s);
-  int rc = cm__u64map_put(&s->entries, e->id, e);
-  entries_unlock(s);
-  if (rc != CM_OK) return rc;
-  s->next_id++;
-  *out_id = e->id;
-  return CM_OK;
-}
-
-/* Free the memory of one entry (context pushed by the caller). Returns
- * CM_ESTORAGE when the driver refused a synchronous free. */
-int cm__cuda_free_entry_memory(cuda_storage *s, entry *e) {
-  const cu_api *a = &s->dev->api;
-  CUresult r = CUDA_SUCCESS;
-  switch (e->kind) {
-    case K_ZERO: break;
-    case K_SYNC: CU_TIMED(s, CU_FREE, r = a->MemFree(e->ptr)); break;
-    case K_ASYNC:
-      /* Stream-ordered free; errors are ignored as the reference does, but
-       * counted. A retired storage's stream is gone: its callers waited for
-       * the context, so a plain free is safe. */
-      if (s->retired) {
-        CU_TIMED(s, CU_FREE, r = a->MemFree(e->ptr));
-      } else {
-        CUresult fr;
-        CU_TIMED(s, CU_FREE, fr = a->MemFreeAsync(e->ptr, s->stream));
-        if (fr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
-      }
-      break;
-    case K_HOST: CU_TIMED(s, CU_FREE, r = a->MemFreeHost((void *)(uintptr_t)e->ptr)); break;
-    case K_VM: {
-      CUresult wr;
-      CU_TIMED(s, CU_SYNC, wr = cm__cuda_wait_idle(s));
-      if (wr != CUDA_SUCCESS) atomic_fetch_add(&s->free_errors, 1);
-      (void)cm__cuda_unmap_records(s, e, 0, e->nmaps); /* failures counted there */
-      e->nmaps = 0;
-      CU_TIMED(s, CU_ADDRESS_FREE, r = a->MemAddressFree(e->ptr, e->reserved));
-      break;
-    }
-  }
-  if (r != CUDA_SUCCESS) {
-    atomic_fetch_add(&s->free_errors, 1);
-    return CM_ESTORAGE;
-  }
-  return CM_OK;
-}
-
-void cm__cuda_destroy_entry(entry *e) {
-  free(e->maps);
-  free(e);
 }
 
 static int dev_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
@@ -205,7 +129,7 @@ static int dev_flush(void *ctx) {
   s->pending = NULL;
   while (e) {
     entry *next = e->next;
-    (void)remove_entry(s, e->id);
+    (void)cm__cuda_remove_entry(s, e->id);
     if (e->kind != K_ZERO) {
       if (pushed != CM_OK) {
         atomic_fetch_add(&s->free_errors, 1);
@@ -410,6 +334,10 @@ static void set_timing(void *ctx, bool on) {
   atomic_store_explicit(&((cuda_storage *)ctx)->timing, on, memory_order_relaxed);
 }
 
+#define ONE(...) +1
+_Static_assert(CU_NCALLS == 0 CM_CALL_TIMES(ONE), "one timed kind of call per cm_call_times_t field");
+#undef ONE
+
 static void call_times(void *ctx, cm_call_times_t *out) {
   cuda_storage *s = ctx;
   uint64_t v[CU_NCALLS];
@@ -506,7 +434,7 @@ static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *dia
 
 static void host_dealloc(void *ctx, uint64_t id) {
   cuda_storage *s = ctx;
-  entry *e = remove_entry(s, id);
+  entry *e = cm__cuda_remove_entry(s, id);
   if (!e) return;
   if (e->kind == K_HOST) {
     if (cm__cuda_ctx_push(s->dev, NULL) == CM_OK) {
