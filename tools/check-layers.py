@@ -131,13 +131,18 @@ def check_includes(src_dir, rep):
                     rep.check(key, f"layers: {rel}:{lineno}: {layer} includes {name} ({to})")
 
 
-def objects(build_dir):
-    """{source path relative to src/: object file} of the library, tools and CLI."""
+def objects(build_dir, src_root=None):
+    """{source path relative to src/: object file} of the library, tools and CLI.
+    With src_root, objects whose source no longer exists (left in a build
+    directory by a moved or deleted file) are skipped."""
     out = {}
     for target in ("cubemem_obj", "cubemem_tools", "cubemem_cli"):
         root = os.path.join(build_dir, "CMakeFiles", f"{target}.dir")
         for o in glob.glob(os.path.join(root, "**", "*.o"), recursive=True):
             rel = os.path.relpath(o, root)
+            if rel.startswith("src/") and src_root and \
+                    not os.path.exists(os.path.join(src_root, rel[:-2])):
+                continue
             rel = rel[len("src/"):] if rel.startswith("src/") else "generated/" + os.path.basename(rel)
             out[rel[:-2]] = o
     return out
@@ -273,7 +278,7 @@ def main(argv):
         print("usage: check-layers.py SOURCE_DIR BUILD_DIR", file=sys.stderr)
         return 2
     src_dir, build_dir = os.path.abspath(argv[1]), os.path.abspath(argv[2])
-    objs = objects(build_dir)
+    objs = objects(build_dir, src_dir)
     if not objs:
         print(f"check-layers: no object files under {build_dir} (build first)")
         return 77
