@@ -412,6 +412,165 @@ static inline void objects_default(arena *a) {
   a->own_hi = 0;
 }
 
+/* ---- nodes (pool_arena.c, arena_reloc.c) ------------------------------------------ */
+
+static __attribute__((noinline, cold, unused)) ablk *node_new(arena *a) {
+  ablk *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  if (!cm__slice_new_desc(&a->base, &n->s)) {
+    free(n);
+    return NULL;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) ablk *node_get(arena *a) {
+  ablk *n = a->spare;
+  if (__builtin_expect(n != NULL, 1)) {
+    a->spare = n->fnext;
+    a->nspare--;
+    n->s.size = n->s.padding = n->s.cursor = 0;
+    n->s.index = 0;
+    n->s.used = n->s.touched = 0;
+  } else {
+    n = node_new(a);
+    if (!n) return NULL;
+  }
+  n->s.pool = a->base.position;
+  n->s.mapped = 1;
+  return n;
+}
+
+static __attribute__((unused)) void node_drop(ablk *n) {
+  if (n->s.desc) cm__desc_detach(n->s.desc);
+  free(n);
+}
+
+static inline __attribute__((always_inline)) void node_put(arena *a, ablk *n) {
+  if (a->nspare >= SPARE_MAX || !n->s.desc || n->s.desc->slice != &n->s) {
+    node_drop(n);
+    return;
+  }
+  n->fnext = a->spare;
+  a->spare = n;
+  a->nspare++;
+}
+
+/* ---- placement (pool_arena.c, arena_reloc.c) -------------------------------------- */
+
+/* Node n covers [off, off + span) of free block b's region (its links and
+ * free flag are the caller's). */
+static inline void node_cover(ablk *n, const ablk *b, uint64_t off, uint64_t span) {
+  n->s.storage_id = b->s.storage_id;
+  n->s.offset = off;
+  n->s.span = span;
+  n->region = b->region;
+  n->rg = b->rg;
+}
+
+static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off);
+
+/* Carve span s from the low end of free block b (in the bins), or at
+ * place_off's granule boundary (place_inside). The used part gets a
+ * (recycled) node; the free rest keeps b's node and its bin position when
+ * its bin does not change. */
+static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
+  uint64_t off = place_off(a, b, s);
+  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (u) {
+    node_cover(u, b, b->s.offset, s);
+    u->free = 0;
+    u->prev = b->prev;
+    u->next = b;
+    if (b->prev) b->prev->next = u;
+    else r->first = u;
+    b->prev = u;
+    b->s.offset += s;
+    b->s.span -= s;
+    rebin(a, b);
+  } else { /* exact fit, or host OOM: the whole block is handed out */
+    bin_remove(a, b);
+    u = b;
+  }
+  if (r->vm) used_add(a, r, u->s.offset, u->s.span);
+  else r->idle_since = 0;
+  u->s.mapped = 1;
+  return u;
+}
+
+/* Place span s at offset `off` inside free block b (VM region, off above b's
+ * low end): b keeps the free part below, a new free node takes the part
+ * above (if any). Without host memory for the nodes the whole block is handed
+ * out, as place does. */
+static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off) {
+  region *r = b->rg;
+  uint64_t end = b->s.offset + b->s.span;
+  ablk *u = node_get(a), *t = NULL;
+  if (u && off + s < end && !(t = node_get(a))) {
+    node_put(a, u);
+    u = NULL;
+  }
+  if (!u) {
+    bin_remove(a, b);
+    used_add(a, r, b->s.offset, b->s.span);
+    b->s.mapped = 1;
+    return b;
+  }
+  ablk *after = b->next;
+  node_cover(u, b, off, s);
+  u->free = 0;
+  u->prev = b;
+  u->next = after;
+  b->next = u;
+  ablk *last = u;
+  if (t) {
+    node_cover(t, b, off + s, end - off - s);
+    t->prev = u;
+    t->next = after;
+    u->next = t;
+    bin_insert(a, t);
+    last = t;
+  }
+  if (after) after->prev = last;
+  b->s.span = off - b->s.offset;
+  rebin(a, b);
+  used_add(a, r, off, s);
+  u->s.mapped = 1;
+  return u;
+}
+
+/* Carve span s at offset off of free block b (off + s inside b; VM region);
+ * returns the used block (mapped, counted in the granules, not in usage). */
+static __attribute__((unused)) ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
+  if (off != b->s.offset) return place_inside(a, b, s, off);
+  if (place_off(a, b, s) == off) return place(a, b, s);
+  /* place would move a granule-multiple span up to a boundary: carve the
+   * low end here instead, as place does for other spans */
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (!u) {
+    bin_remove(a, b);
+    used_add(a, r, b->s.offset, b->s.span);
+    b->s.mapped = 1;
+    return b;
+  }
+  node_cover(u, b, b->s.offset, s);
+  u->free = 0;
+  u->prev = b->prev;
+  u->next = b;
+  if (b->prev) b->prev->next = u;
+  else r->first = u;
+  b->prev = u;
+  b->s.offset += s;
+  b->s.span -= s;
+  rebin(a, b);
+  used_add(a, r, u->s.offset, u->s.span);
+  u->s.mapped = 1;
+  return u;
+}
+
 /* ---- arena_map.c --------------------------------------------------------------------- */
 
 /* Add object [s, s+n) of r to unmap batch b, flushing what cannot join. */
@@ -433,11 +592,8 @@ bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
 
-/* ---- pool_arena.c / arena_reloc.c ------------------------------------------------------ */
+/* ---- arena_reloc.c --------------------------------------------------------------------- */
 
-/* Carve span s at offset off of free block b (off + s inside b; VM region);
- * returns the used block (mapped, counted in the granules, not in usage). */
-ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off);
 /* The arena's relocation plan (pool.h's reloc_plan; arena_reloc.c). */
 int cm__arena_reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
 
