@@ -151,9 +151,11 @@ static void touch(cm_manager_t *m, cm__slice *s, cm_handle_t h) {
   }
 }
 
-/* Hand out slice s of pool p (fresh from try_reserve/alloc) for `size`. */
-static int hand_out(cm_manager_t *m, cm__pool *p, cm__slice *s, uint64_t size, cm_handle_t *out,
-                    cm_diag_t *diag) {
+/* Hand out slice s of pool p (fresh from try_reserve/alloc) for `size`;
+ * inline in the reservation path, where a call costs more than its body. */
+static inline __attribute__((always_inline)) int hand_out(cm_manager_t *m, cm__pool *p,
+                                                          cm__slice *s, uint64_t size,
+                                                          cm_handle_t *out, cm_diag_t *diag) {
   if (!s->desc && !cm__slice_new_desc(p, s)) {
     p->vt->on_free(p, s); /* give it back untouched */
     cm__manager_take_reserved(m, p);
@@ -294,18 +296,22 @@ void cm_manager_destroy(cm_manager_t *m) {
 /* ---- cleanup ------------------------------------------------------------------- */
 
 /* First dynamic pool accepting `size`, or npools. */
-static size_t route(const cm_manager_t *m, uint64_t size) {
+static inline __attribute__((always_inline)) size_t route(const cm_manager_t *m,
+                                                          uint64_t size) {
   for (size_t i = 0; i < m->npools; i++)
-    if (m->pools[i]->vt->accept(m->pools[i], size)) return i;
+    if (cm__pool_accepts(m->pools[i], size)) return i;
   return m->npools;
 }
 
 /* The dedicated pool gives back its freed allocations (its next_cleanup is
- * UINT64_MAX when it holds none). */
-static void give_back_dedicated(cm_manager_t *m) {
-  if (m->dedicated->next_cleanup == UINT64_MAX) return;
+ * UINT64_MAX when it holds none: give_back_dedicated tests that inline). */
+static __attribute__((noinline)) void give_back_dedicated_now(cm_manager_t *m) {
   m->dedicated->vt->cleanup(m->dedicated, m->alloc_reserve_count, true, UINT64_MAX);
   cm__manager_take_reserved(m, m->dedicated);
+}
+
+static inline void give_back_dedicated(cm_manager_t *m) {
+  if (__builtin_expect(m->dedicated->next_cleanup != UINT64_MAX, 0)) give_back_dedicated_now(m);
 }
 
 /* Cleanup. `target` is the pool the request being served routes to (only it
@@ -617,7 +623,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
   bool any = false;
   for (size_t i = first; i < m->npools; i++) {
     cm__pool *p = m->pools[i];
-    if (i != first && !p->vt->accept(p, size)) continue;
+    if (i != first && !cm__pool_accepts(p, size)) continue;
     any = true;
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);

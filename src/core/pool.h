@@ -165,7 +165,17 @@ struct cm__pool {
    * (UINT64_MAX: never). Each cleanup() call updates it; the manager calls
    * the periodic cleanup only once the earliest pool is due. */
   uint64_t next_cleanup;
+  /* Every size below it is accepted (vt->accept is asked only from it up;
+   * 0: always asked). A pool whose accept is a size bound sets it, so the
+   * routing tests it inline. */
+  uint64_t accept_below;
 };
+
+/* Does pool p accept a request of `size` bytes (vt->accept, with the
+ * inline test of accept_below first)? */
+static inline bool cm__pool_accepts(const cm__pool *p, uint64_t size) {
+  return size < p->accept_below || p->vt->accept(p, size);
+}
 
 /* ---- constructors (one per kind; each copies *ctx) ---- */
 int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

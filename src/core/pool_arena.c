@@ -689,6 +689,8 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
   a->base.opts = *o;
   a->base.opts.kind = CM_POOL_ARENA;
   a->base.alignment = ctx->alignment ? ctx->alignment : 1;
+  /* accept's bound (max_alloc_size + 1 wraps to 0 at UINT64_MAX: asked) */
+  a->base.accept_below = o->max_alloc_size ? o->max_alloc_size + 1 : UINT64_MAX;
   a->st = ctx->storage;
   uint64_t g = cm__storage_vm_granularity(a->st);
   if (g && (g & (g - 1)) == 0) {
