@@ -29,7 +29,6 @@
 #define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
 #define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
 #define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
-#define AUTO_CHUNK (20ull << 20) /* CM_OBJECT_AUTO with room: growth in steps of 20 MiB */
 #define EXT_SHIFT 9        /* growth maps for requests under a granule extend by up to
                               mapped >> EXT_SHIFT granules */
 #define SPARE_MAX 4096     /* recycled block nodes kept */
@@ -109,43 +108,53 @@ typedef struct region {
 typedef struct arena {
   cm__pool base;
   cm_storage_t *st;
+  /* geometry: VM regions of granules of `gran` bytes (2^gshift), else segments */
   bool vm;
   unsigned gshift;
   uint64_t gran;
-  uint64_t omax;  /* largest physical object of the map at hand, in granules */
-  uint64_t ocfg;  /* the configured limit (granules); 1 under CM_OBJECT_AUTO */
-  bool oauto;     /* CM_OBJECT_AUTO: whole runs while the device has room */
-  bool owned;     /* default object size: a block's whole granules are one object
-                     while the device has room */
-  uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
+  /* object policy, fixed at creation (map_for in arena_map.c decides each map) */
+  uint64_t ocfg;      /* the configured largest object, in granules */
+  bool owned;         /* default object size: a block's whole granules are one object
+                         while the device has room */
   uint64_t keep;      /* holding: free mapped granules kept (the release threshold), UINT64_MAX: all */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
-  /* has_room's view of the device: its free and total memory at the last
-   * query, the storage's bytes_held then, and decisions left until the next */
+  /* the device's room, as has_room sees it: its free and total memory at the
+   * last query, the storage's bytes_held then, decisions left until the next,
+   * and the last answer (free memory after the map above half the device) */
   uint64_t room_free, room_total, room_held;
   uint32_t room_uses;
-  uint64_t room_above; /* has_room's last answer: free memory after the map above half the device */
+  uint64_t room_above;
+  /* regions */
   region **regs;
   uint32_t nregs, capregs;
+  /* placement: the free blocks' bins (two-level bitmaps) and spare nodes */
   ablk *heads[NBINS];
   uint64_t flmap;
   uint32_t slmap[NFL];
   ablk *spare;
   size_t nspare;
+  /* accounting */
   uint64_t held;        /* bytes held: mapped granules + segments */
   uint64_t free_mapped; /* VM: free mapped granules, all regions */
   /* Memory counted but not backed by the storage (dry runs): VM: virtual
    * granules, all regions; segments: segments not allocated yet. */
   uint64_t unbacked;
   uint64_t lazy_bytes;  /* segments: bytes of the lazy segments */
+  /* trims: the periodic cleanup and the hysteresis budget's feedback */
   uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
   uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
-  uint64_t period;
-  uint64_t alloc_nr;    /* last alloc_nr seen in cleanup */
+  uint64_t period;      /* reservations between periodic trims */
   uint32_t ops;         /* reservations seen (wraps), stamps trims */
   uint64_t regret;      /* granules re-mapped soon after a trim: raises the budget */
 } arena;
+
+/* The objects one map makes (map_for's plan, executed by map_range): runs of
+ * unmapped granules cut every `omax` granules, except granules [own_lo,
+ * own_hi] (empty when own_lo > own_hi), which are one object of their own. */
+typedef struct objects {
+  uint64_t omax, own_lo, own_hi;
+} objects;
 
 static inline arena *AR(cm__pool *p) { return (arena *)p; }
 static inline ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
@@ -357,7 +366,7 @@ static inline bool backed(const region *r, uint64_t g) {
 /* n virtual granules were backed or unmapped. */
 static inline void virt_sub(arena *a, uint64_t n) {
   a->unbacked -= n;
-  a->st->dry_bytes -= n << a->gshift;
+  *a->base.ctx.dry_ledger -= n << a->gshift;
 }
 
 /* Any virtual granule in [lo, hi] of r? */
@@ -404,13 +413,8 @@ typedef struct batch {
   uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
 } batch;
 
-/* The configured object size, no block-owned granules: the
- * state between two placements' maps (and at creation). */
-static inline void objects_default(arena *a) {
-  a->omax = a->ocfg;
-  a->own_lo = 1;
-  a->own_hi = 0;
-}
+/* The configured objects: omax = the configured limit, no block-owned granules. */
+static inline objects objects_default(const arena *a) { return (objects){a->ocfg, 1, 0}; }
 
 /* ---- nodes (pool_arena.c, arena_reloc.c) ------------------------------------------ */
 

@@ -119,7 +119,7 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
           g++;
           continue;
         }
-        if (n > a->ocfg && !a->oauto && !a->owned) BAD("object at %" PRIu64 " larger than the object limit", g);
+        if (n > a->ocfg && !a->owned) BAD("object at %" PRIu64 " larger than the object limit", g);
         bool v = r->virt && bit(r->virt, g);
         for (uint64_t x = g; x < g + n; x++) {
           if (!bit(r->mapped, x) || r->ostart[x] != g || (x > g && r->olen[x]))

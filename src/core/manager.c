@@ -246,7 +246,8 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
                                .lazy_ids = &m->lazy_next_id,
                                .dry_runs = &m->dry_runs,
                                .page_updates = &m->page_updates,
-                               .reserve_clock = &m->alloc_reserve_count};
+                               .reserve_clock = &m->alloc_reserve_count,
+                               .dry_ledger = &m->dry_ledger};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else

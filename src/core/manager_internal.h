@@ -54,6 +54,7 @@ struct cm_manager {
   size_t nprimed, capprimed;
   /* dry runs (spec §6) */
   uint64_t dry_runs;     /* open dry runs; the pools read it (pool_ctx) */
+  uint64_t dry_ledger;   /* bytes dry runs counted without the storage (pool_ctx) */
   uint8_t page_updates;  /* the reservation in progress's cm_page_updates_t (pool_ctx) */
   uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down; pools mint them */
   /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */

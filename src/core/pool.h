@@ -50,6 +50,11 @@ typedef struct cm__pool_ctx {
    * no alloc) */
   const uint8_t *page_updates;
   const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
+  /* The dry-run ledger: bytes dry runs counted without asking the storage
+   * for them (the arenas' virtual granules and lazy segments), shared by the
+   * owner's pools; what a dry run adds to the device's used memory when it
+   * checks the device's limit. */
+  uint64_t *dry_ledger;
 } cm__pool_ctx;
 
 typedef struct cm__slice {

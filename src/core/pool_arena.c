@@ -16,9 +16,8 @@
  *
  * Physical objects (storage.h's contract, the CUDA driver's). Memory is
  * mapped as physical objects that are unmapped only whole: each run mapped is
- * cut into objects of at most `omax` granules (max_object_size, a strict cap
- * when given; bench/results/objects.md measures the trade-off against driver
- * calls). The default is one granule, so any free granule can be given back,
+ * cut into objects as the map's plan says (arena_map.c's map_plan: objects of
+ * at most max_object_size, a strict cap when given). The default is one granule, so any free granule can be given back,
  * except while the device stays more than half free after the map: then the
  * default HOLDS what it maps (no trim before a map, no periodic trim: a
  * second run of the same job makes no driver call) and grows by steps of
@@ -31,14 +30,12 @@
  * block shares with its neighbours are objects of up to total >>
  * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back;
  * while the device stays more than 1 - 2^-ROOMY_SHIFT free the whole growth
- * is one object. CM_OBJECT_AUTO: whole
- * runs, grown to 20 MiB steps, while the device stays more than half free.
- * Whether it does is asked of the device every 64 such decisions and when
+ * is one object. Whether the device stays more than half free is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
  * is counted (has_room in arena_map.c). Under pressure (a map the device
  * refuses) every free object is given back before the request maps again.
  * Near the capacity, and when the device refuses memory, objects are the
- * configured size (one granule for both). Objects are recorded per granule
+ * configured size. Objects are recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one
  * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
  * whose granules are all free.
@@ -85,7 +82,8 @@
  * back address ranges with nothing in use.
  *
  * Dry runs (spec §6). A dry run meets the device's limit where an eager run
- * would: what it counted without mapping (storage dry_bytes, all pools) plus
+ * would: what it counted without mapping (the dry-run ledger of the pool
+ * context, every pool of the manager) plus
  * what it asks for must fit the storage's free memory (mem_info). Under a dry
  * run granules are mapped "virtually": set in
  * `mapped` and in a per-region `virt` bitmap, counted in reserved bytes, the
@@ -202,7 +200,7 @@ static void region_release(arena *a, uint32_t ri) {
     if (r->lazy) {
       a->unbacked--;
       a->lazy_bytes -= r->size;
-      a->st->dry_bytes -= r->size;
+      *a->base.ctx.dry_ledger -= r->size;
     } else {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
@@ -278,7 +276,7 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
       r->lazy = true;
       a->unbacked++;
       a->lazy_bytes += size;
-      a->st->dry_bytes += size;
+      *a->base.ctx.dry_ledger += size;
     } else {
       rc = cm_storage_alloc(a->st, size, &r->id, diag);
       if (rc == CM_EOOM && size > s) { /* the device is short: the request's own size may fit */
@@ -351,7 +349,7 @@ static int seg_back(arena *a, region *r, cm_diag_t *diag) {
   r->lazy = false;
   a->unbacked--;
   a->lazy_bytes -= r->size;
-  a->st->dry_bytes -= r->size;
+  *a->base.ctx.dry_ledger -= r->size;
   for (ablk *b = r->first; b; b = b->next) {
     b->s.storage_id = id;
     if (!b->free && !b->s.mapped) {
@@ -560,7 +558,6 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
 
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   arena *a = AR(p);
-  a->alloc_nr = alloc_nr;
   if (explicit_cleanup || alloc_nr - a->last_trim >= a->period)
     cleanup_slow(a, alloc_nr, explicit_cleanup, serving);
   p->next_cleanup = a->period == UINT64_MAX ? UINT64_MAX : a->last_trim + a->period;
@@ -624,7 +621,7 @@ static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
 
 static void destroy(cm__pool *p) {
   arena *a = AR(p);
-  a->st->dry_bytes -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
+  *a->base.ctx.dry_ledger -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
   for (uint32_t i = 0; i < a->nregs; i++) {
     region *r = a->regs[i];
     if (!r) continue;
@@ -698,10 +695,9 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     a->gran = g;
     a->gshift = (unsigned)__builtin_ctzll(g);
     /* the largest physical object, in granules (0 = OBJECT_MAX_DEFAULT) */
-    a->oauto = o->max_object_size == CM_OBJECT_AUTO;
-    uint64_t om = a->oauto ? 1 : o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
-    om = (om + g - 1) >> a->gshift;
-    a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
+    uint64_t om = o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
+    om = (om >> a->gshift) + ((om & (g - 1)) != 0); /* rounded up, without overflow */
+    a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
     a->owned = o->max_object_size == 0;
     a->keep = o->has_release_threshold ? o->release_threshold >> a->gshift : UINT64_MAX;
     uint64_t free_b = 0, total = 0;
@@ -709,7 +705,6 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
       uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;
       a->room_omax = n < UINT32_MAX ? n : UINT32_MAX;
     }
-    objects_default(a);
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;
