@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/bitmap.h"
+#include "base/debug.h"
 #include "core/pool.h"
 
 #define SLB 3u
@@ -170,7 +171,11 @@ static inline uint32_t bin_of(uint64_t size) {
   return (fl - SLB + 1u) * SLN + sl;
 }
 
+/* Bins. CM_ASSERT (debug and sanitizer builds; nothing in release builds)
+ * the invariants R2-R3 of arena_check.c where they change. */
 static inline void bin_insert_at(arena *a, ablk *b, uint32_t i) {
+  CM_ASSERT(i < NBINS && i == bin_of(b->s.span)); /* R3: the bin of its span */
+  CM_ASSERT(!b->s.used);                           /* R3: only free blocks */
   b->bin = i;
   b->free = 1;
   b->fprev = NULL;
@@ -185,6 +190,8 @@ static inline void bin_insert(arena *a, ablk *b) { bin_insert_at(a, b, bin_of(b-
 
 static inline void bin_remove(arena *a, ablk *b) {
   uint32_t i = b->bin;
+  CM_ASSERT(b->free && i < NBINS && a->heads[i] != NULL); /* R3: it is in bin i */
+  CM_ASSERT(b->fprev ? b->fprev->fnext == b : a->heads[i] == b);
   if (b->fprev) b->fprev->fnext = b->fnext;
   else a->heads[i] = b->fnext;
   if (b->fnext) b->fnext->fprev = b->fprev;
@@ -310,9 +317,12 @@ static inline void bit_clr(uint64_t *bm, uint64_t i) { cm__bit_clr(bm, i); }
 
 /* ---- granule accounting (VM regions) ---------------------------------------------- */
 
-/* Block [off, off+len) of r becomes used. */
+/* Block [off, off+len) of r becomes used. CM_ASSERTs: R7 of arena_check.c
+ * where the granule counts change (debug and sanitizer builds). */
 static inline __attribute__((always_inline)) void used_add(arena *a, region *r, uint64_t off, uint64_t len) {
   uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  CM_ASSERT(len > 0 && g1 < r->ngran);
+  CM_ASSERT(r->cnt[g0] < UINT32_MAX && r->cnt[g1] < UINT32_MAX); /* R7: counts stay exact */
   if (__builtin_expect(g1 >= r->cnt_top, 0)) r->cnt_top = g1 + 1;
   if (__builtin_expect(g0 == g1, 1)) {
     if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
@@ -336,6 +346,8 @@ static inline __attribute__((always_inline)) void used_add(arena *a, region *r, 
 /* Block [off, off+len) of r becomes free (before merging). */
 static inline __attribute__((always_inline)) void used_remove(arena *a, region *r, uint64_t off, uint64_t len) {
   uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  CM_ASSERT(len > 0 && g1 < r->ngran);
+  CM_ASSERT(r->cnt[g0] > 0 && r->cnt[g1] > 0); /* R7: a used block counts its end granules */
   if (__builtin_expect(g0 == g1, 1)) {
     if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
       bit_set(r->fm, g0);

@@ -48,6 +48,7 @@ void cm__arena_unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n) 
  * caller flushes it). A virtual object is only uncounted. */
 static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
   uint64_t n = r->olen[s], hi = s + n - 1;
+  CM_ASSERT(n > 0 && bits_all(r->fm, s, hi)); /* R9: only whole free objects go */
   if (__builtin_expect(!(a->unbacked && r->virt && bit(r->virt, s)), 1)) {
     cm__arena_unmap_add(a, r, b, s, n);
   } else {

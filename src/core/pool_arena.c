@@ -113,13 +113,12 @@
  * bounded spare list with its (unreferenced, owned) descriptor, and splits
  * reuse spares, so the steady state allocates no host memory.
  *
- * Invariants (check()): blocks tile each region; no two adjacent free
- * blocks; a free block is in the bin of its span; bitmaps match the lists;
- * usage and reserved bytes equal their recomputation; fm == mapped & ~used,
- * cnt matches the used blocks, mapped used blocks have every granule mapped
- * and none virtual; virt is a subset of mapped; `unbacked` equals the virtual
- * granules / lazy segments; a segment's used blocks are unmapped iff it is
- * lazy.
+ * Invariants: R1-R10 (arena_check.c, docs/design.md): blocks tile each
+ * region; no two adjacent free blocks; a free block is in the bin of its
+ * span; usage and reserved bytes equal their recomputation; fm == mapped &
+ * ~used, cnt matches the used blocks, mapped used blocks have every granule
+ * mapped and none virtual; objects tile the mapped granules; virt is a subset
+ * of mapped; `unbacked` equals the virtual granules / lazy segments.
  *
  * Files: arena.h (internals), pool_arena.c (regions, placement, the pool
  * interface), arena_map.c (objects, mapping, trims), arena_check.c (checker).
