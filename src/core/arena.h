@@ -17,6 +17,8 @@
 #include "base/debug.h"
 #include "core/pool.h"
 
+/* Bins (TLSF-style): each power-of-two group of sizes is split into SLN
+ * linear sub-bins (SLB bits); NFL groups cover every 64-bit size. */
 #define SLB 3u
 #define SLN (1u << SLB)
 #define NFL (64u - SLB + 1u)
@@ -25,7 +27,7 @@
 #define SCAN_NEXT 1        /* entries of the next non-empty bin examined */
 #define ALT_LIMIT 64       /* blocks examined for an already mapped fit */
 #define KEEP_MIN 1         /* free mapped granules kept: KEEP_MIN + mapped >> KEEP_SHIFT */
-#define KEEP_SHIFT 8
+#define KEEP_SHIFT 8       /* ... so the kept part is 1/256 of what is mapped */
 #define REGRET_WINDOW 4096 /* a trim undone within this many reservations raises the budget */
 #define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
 #define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
@@ -42,14 +44,13 @@
  * granule. Larger requests open larger regions, up to MAX_REGION_GRANULES. */
 #define REGION_DEFAULT_GRANULES (1ull << 17)
 #define REGION_DEFAULT_MAX_GRANULES (1ull << 19)
-#ifndef OBJECT_MAX_DEFAULT
-#define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
-#endif
+/* Largest physical object without max_object_size, in bytes (rounded up to
+ * whole granules): one granule, so any free granule can be given back. */
+#define OBJECT_MAX_DEFAULT 1
 /* The default's objects, while the device stays more than half free, outside
  * the blocks of whole granules (one object each): up to total >> 14 bytes,
  * whole granules (2 granules on an 80 GiB device, 1 below 32 GiB), so one
- * object partly in use keeps at most 1/16384 of the device from a trim
- * (bench/results/objects.md). */
+ * object partly in use keeps at most 1/16384 of the device from a trim. */
 #define OBJECT_ROOM_SHIFT 14
 /* The default holds what it maps while the device stays more than half free
  * after a map (no trim before a map, no periodic trim), and grows by steps:

@@ -68,9 +68,8 @@ static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
 /* Unmap free objects, highest addresses first, until `want` granules went
  * (UINT64_MAX: every free object); the last object may go beyond `want`, so a
  * trim that bounds the cache before a map gives back a free object larger
- * than the excess whole rather than keep it (bench/results/fit.md: median
- * unconstrained 1.0106 -> 1.0095, and fewer calls: what a loop needs again
- * raises the budget). Objects meeting granules [ex_lo, ex_hi] of region ex
+ * than the excess whole rather than keep it (what a loop needs again raises
+ * the budget instead). Objects meeting granules [ex_lo, ex_hi] of region ex
  * stay. Returns how many granules were unmapped. */
 uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
   uint64_t done = 0;

@@ -51,9 +51,8 @@
  * whole number of granules (VM regions) starts instead at the block's first
  * granule boundary when it still fits there (the part below stays free): it
  * then owns whole granules, so its free frees them for any later placement or
- * trim instead of leaving two boundary granules shared with its neighbours
- * (bench/results/fit.md: median fit 1.0092 -> 1.0065, unconstrained 1.0109 ->
- * 1.0087). Lists are LIFO, so placement depends only on the sequence of calls
+ * trim instead of leaving two boundary granules shared with its neighbours.
+ * Lists are LIFO, so placement depends only on the sequence of calls
  * (deterministic).
  *
  * Mapping (VM regions). Per granule: `mapped` and `fm` (free and mapped)
