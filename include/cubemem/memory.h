@@ -142,7 +142,7 @@ typedef struct cm_pool_options {
    * the granularity, a strict cap (0 = the arena's default: one granule;
    * while the device stays more than half free, a block of whole granules as
    * one object and other runs in objects of up to 1/16384 of the device's
-   * memory), or CM_OBJECT_AUTO */
+   * memory) */
   uint64_t max_object_size;
   /* arena with the default objects (max_object_size 0) on a virtual-memory
    * storage: while the device stays more than half free the arena holds what
@@ -155,17 +155,6 @@ typedef struct cm_pool_options {
   uint64_t release_threshold;
   bool has_release_threshold;
 } cm_pool_options_t;
-
-/* max_object_size = CM_OBJECT_AUTO (layout key `object=auto`), the fewest
- * driver calls: while the device stays more than half free after a map, the
- * arena grows to the next 20 MiB boundary and maps each run as one physical
- * object (it spends memory a roomy device has to save calls); closer to the
- * device's capacity, and
- * when the device refuses memory or does not report its free memory, one
- * object per granule (any free granule can be given back). A dry run decides
- * as an eager run of the same sequence would. bench/results/objects.md
- * measures it. */
-#define CM_OBJECT_AUTO UINT64_MAX
 
 #define CM_MAX_DYNAMIC_POOLS 254u
 

@@ -14,8 +14,11 @@
 #include <string.h>
 
 #include "base/bitmap.h"
+#include "base/debug.h"
 #include "core/pool.h"
 
+/* Bins (TLSF-style): each power-of-two group of sizes is split into SLN
+ * linear sub-bins (SLB bits); NFL groups cover every 64-bit size. */
 #define SLB 3u
 #define SLN (1u << SLB)
 #define NFL (64u - SLB + 1u)
@@ -24,12 +27,11 @@
 #define SCAN_NEXT 1        /* entries of the next non-empty bin examined */
 #define ALT_LIMIT 64       /* blocks examined for an already mapped fit */
 #define KEEP_MIN 1         /* free mapped granules kept: KEEP_MIN + mapped >> KEEP_SHIFT */
-#define KEEP_SHIFT 8
+#define KEEP_SHIFT 8       /* ... so the kept part is 1/256 of what is mapped */
 #define REGRET_WINDOW 4096 /* a trim undone within this many reservations raises the budget */
 #define REGRET_DECAY 3      /* a map without regret shrinks it by 1/8 */
 #define REGRET_GAIN 1       /* it grows by half the re-mapped granules */
 #define REGRET_CAP 4        /* up to mapped >> REGRET_CAP granules */
-#define AUTO_CHUNK (20ull << 20) /* CM_OBJECT_AUTO with room: growth in steps of 20 MiB */
 #define EXT_SHIFT 9        /* growth maps for requests under a granule extend by up to
                               mapped >> EXT_SHIFT granules */
 #define SPARE_MAX 4096     /* recycled block nodes kept */
@@ -42,14 +44,13 @@
  * granule. Larger requests open larger regions, up to MAX_REGION_GRANULES. */
 #define REGION_DEFAULT_GRANULES (1ull << 17)
 #define REGION_DEFAULT_MAX_GRANULES (1ull << 19)
-#ifndef OBJECT_MAX_DEFAULT
-#define OBJECT_MAX_DEFAULT 1 /* largest physical object: one granule (see the header) */
-#endif
+/* Largest physical object without max_object_size, in bytes (rounded up to
+ * whole granules): one granule, so any free granule can be given back. */
+#define OBJECT_MAX_DEFAULT 1
 /* The default's objects, while the device stays more than half free, outside
  * the blocks of whole granules (one object each): up to total >> 14 bytes,
  * whole granules (2 granules on an 80 GiB device, 1 below 32 GiB), so one
- * object partly in use keeps at most 1/16384 of the device from a trim
- * (bench/results/objects.md). */
+ * object partly in use keeps at most 1/16384 of the device from a trim. */
 #define OBJECT_ROOM_SHIFT 14
 /* The default holds what it maps while the device stays more than half free
  * after a map (no trim before a map, no periodic trim), and grows by steps:
@@ -109,43 +110,53 @@ typedef struct region {
 typedef struct arena {
   cm__pool base;
   cm_storage_t *st;
+  /* geometry: VM regions of granules of `gran` bytes (2^gshift), else segments */
   bool vm;
   unsigned gshift;
   uint64_t gran;
-  uint64_t omax;  /* largest physical object of the map at hand, in granules */
-  uint64_t ocfg;  /* the configured limit (granules); 1 under CM_OBJECT_AUTO */
-  bool oauto;     /* CM_OBJECT_AUTO: whole runs while the device has room */
-  bool owned;     /* default object size: a block's whole granules are one object
-                     while the device has room */
-  uint64_t own_lo, own_hi; /* those granules for the map at hand (empty: lo > hi) */
+  /* object policy, fixed at creation (map_for in arena_map.c decides each map) */
+  uint64_t ocfg;      /* the configured largest object, in granules */
+  bool owned;         /* default object size: a block's whole granules are one object
+                         while the device has room */
   uint64_t keep;      /* holding: free mapped granules kept (the release threshold), UINT64_MAX: all */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
-  /* has_room's view of the device: its free and total memory at the last
-   * query, the storage's bytes_held then, and decisions left until the next */
+  /* the device's room, as has_room sees it: its free and total memory at the
+   * last query, the storage's bytes_held then, decisions left until the next,
+   * and the last answer (free memory after the map above half the device) */
   uint64_t room_free, room_total, room_held;
   uint32_t room_uses;
-  uint64_t room_above; /* has_room's last answer: free memory after the map above half the device */
+  uint64_t room_above;
+  /* regions */
   region **regs;
   uint32_t nregs, capregs;
+  /* placement: the free blocks' bins (two-level bitmaps) and spare nodes */
   ablk *heads[NBINS];
   uint64_t flmap;
   uint32_t slmap[NFL];
   ablk *spare;
   size_t nspare;
+  /* accounting */
   uint64_t held;        /* bytes held: mapped granules + segments */
   uint64_t free_mapped; /* VM: free mapped granules, all regions */
   /* Memory counted but not backed by the storage (dry runs): VM: virtual
    * granules, all regions; segments: segments not allocated yet. */
   uint64_t unbacked;
   uint64_t lazy_bytes;  /* segments: bytes of the lazy segments */
+  /* trims: the periodic cleanup and the hysteresis budget's feedback */
   uint64_t low_free;    /* low-water of free_mapped since the last periodic trim */
   uint64_t last_trim;   /* alloc_nr of the last periodic cleanup */
-  uint64_t period;
-  uint64_t alloc_nr;    /* last alloc_nr seen in cleanup */
+  uint64_t period;      /* reservations between periodic trims */
   uint32_t ops;         /* reservations seen (wraps), stamps trims */
   uint64_t regret;      /* granules re-mapped soon after a trim: raises the budget */
 } arena;
+
+/* The objects one map makes (map_for's plan, executed by map_range): runs of
+ * unmapped granules cut every `omax` granules, except granules [own_lo,
+ * own_hi] (empty when own_lo > own_hi), which are one object of their own. */
+typedef struct objects {
+  uint64_t omax, own_lo, own_hi;
+} objects;
 
 static inline arena *AR(cm__pool *p) { return (arena *)p; }
 static inline ablk *BLK(cm__slice *s) { return CM__CONTAINER(s, ablk, s); }
@@ -161,7 +172,11 @@ static inline uint32_t bin_of(uint64_t size) {
   return (fl - SLB + 1u) * SLN + sl;
 }
 
+/* Bins. CM_ASSERT (debug and sanitizer builds; nothing in release builds)
+ * the invariants R2-R3 of arena_check.c where they change. */
 static inline void bin_insert_at(arena *a, ablk *b, uint32_t i) {
+  CM_ASSERT(i < NBINS && i == bin_of(b->s.span)); /* R3: the bin of its span */
+  CM_ASSERT(!b->s.used);                           /* R3: only free blocks */
   b->bin = i;
   b->free = 1;
   b->fprev = NULL;
@@ -176,6 +191,8 @@ static inline void bin_insert(arena *a, ablk *b) { bin_insert_at(a, b, bin_of(b-
 
 static inline void bin_remove(arena *a, ablk *b) {
   uint32_t i = b->bin;
+  CM_ASSERT(b->free && i < NBINS && a->heads[i] != NULL); /* R3: it is in bin i */
+  CM_ASSERT(b->fprev ? b->fprev->fnext == b : a->heads[i] == b);
   if (b->fprev) b->fprev->fnext = b->fnext;
   else a->heads[i] = b->fnext;
   if (b->fnext) b->fnext->fprev = b->fprev;
@@ -301,9 +318,12 @@ static inline void bit_clr(uint64_t *bm, uint64_t i) { cm__bit_clr(bm, i); }
 
 /* ---- granule accounting (VM regions) ---------------------------------------------- */
 
-/* Block [off, off+len) of r becomes used. */
+/* Block [off, off+len) of r becomes used. CM_ASSERTs: R7 of arena_check.c
+ * where the granule counts change (debug and sanitizer builds). */
 static inline __attribute__((always_inline)) void used_add(arena *a, region *r, uint64_t off, uint64_t len) {
   uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  CM_ASSERT(len > 0 && g1 < r->ngran);
+  CM_ASSERT(r->cnt[g0] < UINT32_MAX && r->cnt[g1] < UINT32_MAX); /* R7: counts stay exact */
   if (__builtin_expect(g1 >= r->cnt_top, 0)) r->cnt_top = g1 + 1;
   if (__builtin_expect(g0 == g1, 1)) {
     if (r->cnt[g0]++ == 0 && bit(r->fm, g0)) {
@@ -327,6 +347,8 @@ static inline __attribute__((always_inline)) void used_add(arena *a, region *r, 
 /* Block [off, off+len) of r becomes free (before merging). */
 static inline __attribute__((always_inline)) void used_remove(arena *a, region *r, uint64_t off, uint64_t len) {
   uint64_t g0 = off >> a->gshift, g1 = (off + len - 1) >> a->gshift;
+  CM_ASSERT(len > 0 && g1 < r->ngran);
+  CM_ASSERT(r->cnt[g0] > 0 && r->cnt[g1] > 0); /* R7: a used block counts its end granules */
   if (__builtin_expect(g0 == g1, 1)) {
     if (--r->cnt[g0] == 0 && bit(r->mapped, g0)) {
       bit_set(r->fm, g0);
@@ -357,7 +379,7 @@ static inline bool backed(const region *r, uint64_t g) {
 /* n virtual granules were backed or unmapped. */
 static inline void virt_sub(arena *a, uint64_t n) {
   a->unbacked -= n;
-  a->st->dry_bytes -= n << a->gshift;
+  *a->base.ctx.dry_ledger -= n << a->gshift;
 }
 
 /* Any virtual granule in [lo, hi] of r? */
@@ -404,12 +426,166 @@ typedef struct batch {
   uint64_t s, n, piece; /* granules [s, s+n) pending, objects of `piece` granules; n == 0: none */
 } batch;
 
-/* The configured object size, no block-owned granules: the
- * state between two placements' maps (and at creation). */
-static inline void objects_default(arena *a) {
-  a->omax = a->ocfg;
-  a->own_lo = 1;
-  a->own_hi = 0;
+/* The configured objects: omax = the configured limit, no block-owned granules. */
+static inline objects objects_default(const arena *a) { return (objects){a->ocfg, 1, 0}; }
+
+/* ---- nodes (pool_arena.c, arena_reloc.c) ------------------------------------------ */
+
+static __attribute__((noinline, cold, unused)) ablk *node_new(arena *a) {
+  ablk *n = calloc(1, sizeof *n);
+  if (!n) return NULL;
+  if (!cm__slice_new_desc(&a->base, &n->s)) {
+    free(n);
+    return NULL;
+  }
+  return n;
+}
+
+static inline __attribute__((always_inline)) ablk *node_get(arena *a) {
+  ablk *n = a->spare;
+  if (__builtin_expect(n != NULL, 1)) {
+    a->spare = n->fnext;
+    a->nspare--;
+    n->s.size = n->s.padding = n->s.cursor = 0;
+    n->s.index = 0;
+    n->s.used = n->s.touched = 0;
+  } else {
+    n = node_new(a);
+    if (!n) return NULL;
+  }
+  n->s.pool = a->base.position;
+  n->s.mapped = 1;
+  return n;
+}
+
+static __attribute__((unused)) void node_drop(ablk *n) {
+  if (n->s.desc) cm__desc_detach(n->s.desc);
+  free(n);
+}
+
+static inline __attribute__((always_inline)) void node_put(arena *a, ablk *n) {
+  if (a->nspare >= SPARE_MAX || !n->s.desc || n->s.desc->slice != &n->s) {
+    node_drop(n);
+    return;
+  }
+  n->fnext = a->spare;
+  a->spare = n;
+  a->nspare++;
+}
+
+/* ---- placement (pool_arena.c, arena_reloc.c) -------------------------------------- */
+
+/* Node n covers [off, off + span) of free block b's region (its links and
+ * free flag are the caller's). */
+static inline void node_cover(ablk *n, const ablk *b, uint64_t off, uint64_t span) {
+  n->s.storage_id = b->s.storage_id;
+  n->s.offset = off;
+  n->s.span = span;
+  n->region = b->region;
+  n->rg = b->rg;
+}
+
+static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off);
+
+/* Carve span s from the low end of free block b (in the bins), or at
+ * place_off's granule boundary (place_inside). The used part gets a
+ * (recycled) node; the free rest keeps b's node and its bin position when
+ * its bin does not change. */
+static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
+  uint64_t off = place_off(a, b, s);
+  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (u) {
+    node_cover(u, b, b->s.offset, s);
+    u->free = 0;
+    u->prev = b->prev;
+    u->next = b;
+    if (b->prev) b->prev->next = u;
+    else r->first = u;
+    b->prev = u;
+    b->s.offset += s;
+    b->s.span -= s;
+    rebin(a, b);
+  } else { /* exact fit, or host OOM: the whole block is handed out */
+    bin_remove(a, b);
+    u = b;
+  }
+  if (r->vm) used_add(a, r, u->s.offset, u->s.span);
+  else r->idle_since = 0;
+  u->s.mapped = 1;
+  return u;
+}
+
+/* Place span s at offset `off` inside free block b (VM region, off above b's
+ * low end): b keeps the free part below, a new free node takes the part
+ * above (if any). Without host memory for the nodes the whole block is handed
+ * out, as place does. */
+static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off) {
+  region *r = b->rg;
+  uint64_t end = b->s.offset + b->s.span;
+  ablk *u = node_get(a), *t = NULL;
+  if (u && off + s < end && !(t = node_get(a))) {
+    node_put(a, u);
+    u = NULL;
+  }
+  if (!u) {
+    bin_remove(a, b);
+    used_add(a, r, b->s.offset, b->s.span);
+    b->s.mapped = 1;
+    return b;
+  }
+  ablk *after = b->next;
+  node_cover(u, b, off, s);
+  u->free = 0;
+  u->prev = b;
+  u->next = after;
+  b->next = u;
+  ablk *last = u;
+  if (t) {
+    node_cover(t, b, off + s, end - off - s);
+    t->prev = u;
+    t->next = after;
+    u->next = t;
+    bin_insert(a, t);
+    last = t;
+  }
+  if (after) after->prev = last;
+  b->s.span = off - b->s.offset;
+  rebin(a, b);
+  used_add(a, r, off, s);
+  u->s.mapped = 1;
+  return u;
+}
+
+/* Carve span s at offset off of free block b (off + s inside b; VM region);
+ * returns the used block (mapped, counted in the granules, not in usage). */
+static __attribute__((unused)) ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
+  if (off != b->s.offset) return place_inside(a, b, s, off);
+  if (place_off(a, b, s) == off) return place(a, b, s);
+  /* place would move a granule-multiple span up to a boundary: carve the
+   * low end here instead, as place does for other spans */
+  region *r = b->rg;
+  ablk *u = b->s.span > s ? node_get(a) : NULL;
+  if (!u) {
+    bin_remove(a, b);
+    used_add(a, r, b->s.offset, b->s.span);
+    b->s.mapped = 1;
+    return b;
+  }
+  node_cover(u, b, b->s.offset, s);
+  u->free = 0;
+  u->prev = b->prev;
+  u->next = b;
+  if (b->prev) b->prev->next = u;
+  else r->first = u;
+  b->prev = u;
+  b->s.offset += s;
+  b->s.span -= s;
+  rebin(a, b);
+  used_add(a, r, u->s.offset, u->s.span);
+  u->s.mapped = 1;
+  return u;
 }
 
 /* ---- arena_map.c --------------------------------------------------------------------- */
@@ -433,11 +609,8 @@ bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
 
-/* ---- pool_arena.c / arena_reloc.c ------------------------------------------------------ */
+/* ---- arena_reloc.c --------------------------------------------------------------------- */
 
-/* Carve span s at offset off of free block b (off + s inside b; VM region);
- * returns the used block (mapped, counted in the granules, not in usage). */
-ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off);
 /* The arena's relocation plan (pool.h's reloc_plan; arena_reloc.c). */
 int cm__arena_reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
 

@@ -1,6 +1,27 @@
 /*
  * arena_check.c - the arena's invariant checker (cm_manager_check) and its
- * display (pool_arena.c's header comment lists the invariants).
+ * display. Each violation names its invariant (docs/design.md lists them):
+ *  R1 blocks tile each region in address order (links, region index,
+ *     storage id, no gap, overlap or empty block);
+ *  R2 every block is free or used, never both; no two adjacent free blocks;
+ *  R3 a free block is in the bin of its span; the bin lists hold exactly the
+ *     free blocks, with consistent links; the two-level bitmaps match them;
+ *  R4 usage and unmapped pages equal the sums over the used blocks (a slice
+ *     fits its block); pages equal the regions;
+ *  R5 held and bytes_reserved equal the mapped granules plus the segments;
+ *  R6 fm == mapped & ~used granules; free_mapped counts the fm bits; nothing
+ *     is mapped above a region's top;
+ *  R7 a granule's count is the number of used blocks having it as their
+ *     first or last granule;
+ *  R8 a mapped used block has every granule mapped and none virtual; a
+ *     segment's used blocks are unmapped iff the segment is lazy;
+ *  R9 objects tile the mapped granules, each all real or all virtual, none
+ *     larger than the configured limit unless the default's own objects;
+ *  R10 virtual granules are counted as mapped; unbacked equals the virtual
+ *     granules (VM) or the lazy segments;
+ *  M3 (the manager's) every block's descriptor points back at it.
+ * CM_ASSERTs check R2, R3, R7 and R9 where bins and granules change (arena.h,
+ * arena_map.c) in debug and sanitizer builds.
  */
 #include "core/arena.h"
 
@@ -50,48 +71,48 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
     uint64_t off = 0;
     ablk *prev = NULL;
     for (ablk *b = r->first; b; prev = b, b = b->next) {
-      if (b->prev != prev) BAD("broken address links in region %u", ri);
-      if (b->region != ri) BAD("block in region %u says region %u", ri, b->region);
-      if (b->s.offset != off) BAD("gap or overlap at offset %" PRIu64 " in region %u", off, ri);
-      if (b->s.storage_id != r->id) BAD("block storage id differs from its region");
-      if (b->s.span == 0) BAD("empty block");
-      if (!b->s.desc || b->s.desc->slice != &b->s) BAD("descriptor does not point at its block");
+      if (b->prev != prev) BAD("R1 broken address links in region %u", ri);
+      if (b->region != ri) BAD("R1 block in region %u says region %u", ri, b->region);
+      if (b->s.offset != off) BAD("R1 gap or overlap at offset %" PRIu64 " in region %u", off, ri);
+      if (b->s.storage_id != r->id) BAD("R1 block storage id differs from its region");
+      if (b->s.span == 0) BAD("R1 empty block");
+      if (!b->s.desc || b->s.desc->slice != &b->s) BAD("M3 descriptor does not point at its block");
       off = b->s.offset + b->s.span;
       if (b->free) {
         nfree++;
-        if (b->s.used) BAD("free block marked used");
-        if (prev && prev->free) BAD("two adjacent free blocks at %" PRIu64, b->s.offset);
-        if (b->bin != bin_of(b->s.span)) BAD("free block in the wrong bin");
+        if (b->s.used) BAD("R2 free block marked used");
+        if (prev && prev->free) BAD("R2 two adjacent free blocks at %" PRIu64, b->s.offset);
+        if (b->bin != bin_of(b->s.span)) BAD("R3 free block in the wrong bin");
       } else if (!b->s.used) {
-        BAD("block neither free nor used");
+        BAD("R2 block neither free nor used");
       } else {
         u.number_allocs++;
         u.bytes_in_use += b->s.size;
         u.bytes_padding += b->s.padding;
-        if (b->s.size + b->s.padding > b->s.span) BAD("slice larger than its block");
+        if (b->s.size + b->s.padding > b->s.span) BAD("R4 slice larger than its block");
         if (!b->s.mapped) unmapped_used++;
         if (!r->vm && b->s.mapped == r->lazy)
-          BAD("used block mapped state differs from its segment's");
+          BAD("R8 used block mapped state differs from its segment's");
         if (r->vm) {
           uint64_t g0 = b->s.offset >> a->gshift, g1 = (off - 1) >> a->gshift;
           cnt[g0]++;
           if (g1 != g0) cnt[g1]++;
           for (uint64_t g = g0; g <= g1; g++) cover[g / 64] |= 1ull << (g % 64);
-          if (b->s.mapped && !bits_all(r->mapped, g0, g1)) BAD("used block not mapped");
+          if (b->s.mapped && !bits_all(r->mapped, g0, g1)) BAD("R8 used block not mapped");
           if (b->s.mapped && r->virt && !bits_none(r->virt, g0, g1))
-            BAD("used block on virtual granules");
+            BAD("R8 used block on virtual granules");
         }
       }
     }
-    if (off != r->size) BAD("blocks cover %" PRIu64 " of %" PRIu64 " bytes", off, r->size);
+    if (off != r->size) BAD("R1 blocks cover %" PRIu64 " of %" PRIu64 " bytes", off, r->size);
     if (r->vm) {
       uint64_t mg = 0;
       if (lim < r->ngran) {
-        if (!bits_none(r->mapped, lim, r->ngran - 1)) BAD("mapped granule above top");
-        if (!bits_none(r->fm, lim, r->ngran - 1)) BAD("fm bit above top");
-        if (r->virt && !bits_none(r->virt, lim, r->ngran - 1)) BAD("virtual granule above top");
+        if (!bits_none(r->mapped, lim, r->ngran - 1)) BAD("R6 mapped granule above top");
+        if (!bits_none(r->fm, lim, r->ngran - 1)) BAD("R6 fm bit above top");
+        if (r->virt && !bits_none(r->virt, lim, r->ngran - 1)) BAD("R10 virtual granule above top");
         for (uint64_t g = lim; g < r->cnt_top && g < r->ngran; g++) /* above: never counted */
-          if (r->cnt[g]) BAD("granule %" PRIu64 " above the last used block has count %u", g,
+          if (r->cnt[g]) BAD("R7 granule %" PRIu64 " above the last used block has count %u", g,
                              r->cnt[g]);
       }
       for (uint64_t g = 0; g < lim; g++) {
@@ -99,36 +120,36 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
         mg += m;
         if (r->virt && bit(r->virt, g)) {
           virt++;
-          if (!m) BAD("virtual granule %" PRIu64 " not counted as mapped", g);
+          if (!m) BAD("R10 virtual granule %" PRIu64 " not counted as mapped", g);
         }
-        if (bit(r->fm, g) != (m && !c)) BAD("fm bit of granule %" PRIu64 " wrong", g);
+        if (bit(r->fm, g) != (m && !c)) BAD("R6 fm bit of granule %" PRIu64 " wrong", g);
         fmapped += bit(r->fm, g);
-        if (cnt[g] != r->cnt[g]) BAD("granule %" PRIu64 " count %u, expected %u", g, r->cnt[g],
+        if (cnt[g] != r->cnt[g]) BAD("R7 granule %" PRIu64 " count %u, expected %u", g, r->cnt[g],
                                      cnt[g]);
-        if (m && g >= r->top) BAD("mapped granule above top");
+        if (m && g >= r->top) BAD("R6 mapped granule above top");
       }
       for (uint64_t g = 0; g < lim;) { /* objects tile the mapped granules, all real or all virtual */
         if (!bit(r->mapped, g)) {
-          if (r->olen[g]) BAD("object recorded at unmapped granule %" PRIu64, g);
+          if (r->olen[g]) BAD("R9 object recorded at unmapped granule %" PRIu64, g);
           g++;
           continue;
         }
         uint64_t n = r->olen[g];
         if (n == 0 || g + n > r->ngran) {
-          BAD("mapped granule %" PRIu64 " starts no object", g);
+          BAD("R9 mapped granule %" PRIu64 " starts no object", g);
           g++;
           continue;
         }
-        if (n > a->ocfg && !a->oauto && !a->owned) BAD("object at %" PRIu64 " larger than the object limit", g);
+        if (n > a->ocfg && !a->owned) BAD("R9 object at %" PRIu64 " larger than the object limit", g);
         bool v = r->virt && bit(r->virt, g);
         for (uint64_t x = g; x < g + n; x++) {
           if (!bit(r->mapped, x) || r->ostart[x] != g || (x > g && r->olen[x]))
-            BAD("object at granule %" PRIu64 " broken at %" PRIu64, g, x);
-          if ((r->virt && bit(r->virt, x)) != v) BAD("object at %" PRIu64 " partly virtual", g);
+            BAD("R9 object at granule %" PRIu64 " broken at %" PRIu64, g, x);
+          if ((r->virt && bit(r->virt, x)) != v) BAD("R9 object at %" PRIu64 " partly virtual", g);
         }
         g += n;
       }
-      if (mg != r->mapped_gran) BAD("mapped granule count");
+      if (mg != r->mapped_gran) BAD("R5 mapped granule count");
       held += mg << a->gshift;
     } else {
       held += r->size;
@@ -139,30 +160,30 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
   uint64_t inbins = 0;
   for (uint32_t i = 0; i < NBINS; i++) {
     bool has = a->heads[i] != NULL;
-    if (has != (((a->slmap[i / SLN] >> (i % SLN)) & 1) != 0)) BAD("bin bitmap mismatch");
+    if (has != (((a->slmap[i / SLN] >> (i % SLN)) & 1) != 0)) BAD("R3 bin bitmap mismatch");
     for (ablk *b = a->heads[i]; b; b = b->fnext) {
       inbins++;
-      if (!b->free || b->bin != i) BAD("bin list holds a wrong block");
-      if (b->fnext && b->fnext->fprev != b) BAD("broken bin links");
+      if (!b->free || b->bin != i) BAD("R3 bin list holds a wrong block");
+      if (b->fnext && b->fnext->fprev != b) BAD("R3 broken bin links");
     }
   }
   for (uint32_t g = 0; g < NFL; g++)
-    if (((a->flmap >> g) & 1) != (a->slmap[g] != 0)) BAD("first-level bitmap mismatch");
-  if (inbins != nfree) BAD("%" PRIu64 " free blocks, %" PRIu64 " in bins", nfree, inbins);
-  if (fmapped != a->free_mapped) BAD("free mapped %" PRIu64 ", counted %" PRIu64, a->free_mapped,
+    if (((a->flmap >> g) & 1) != (a->slmap[g] != 0)) BAD("R3 first-level bitmap mismatch");
+  if (inbins != nfree) BAD("R3 %" PRIu64 " free blocks, %" PRIu64 " in bins", nfree, inbins);
+  if (fmapped != a->free_mapped) BAD("R6 free mapped %" PRIu64 ", counted %" PRIu64, a->free_mapped,
                                      fmapped);
   if ((a->vm ? virt : lazy_segs) != a->unbacked)
-    BAD("unbacked %" PRIu64 ", counted %" PRIu64 " virtual granules, %" PRIu64 " lazy segments",
+    BAD("R10 unbacked %" PRIu64 ", counted %" PRIu64 " virtual granules, %" PRIu64 " lazy segments",
         a->unbacked, virt, lazy_segs);
-  if (held != a->held) BAD("held %" PRIu64 ", recomputed %" PRIu64, a->held, held);
-  if (held != p->usage.bytes_reserved) BAD("bytes_reserved %" PRIu64 ", recomputed %" PRIu64,
+  if (held != a->held) BAD("R5 held %" PRIu64 ", recomputed %" PRIu64, a->held, held);
+  if (held != p->usage.bytes_reserved) BAD("R5 bytes_reserved %" PRIu64 ", recomputed %" PRIu64,
                                            p->usage.bytes_reserved, held);
   if (u.number_allocs != p->usage.number_allocs || u.bytes_in_use != p->usage.bytes_in_use ||
       u.bytes_padding != p->usage.bytes_padding)
-    BAD("usage differs from the blocks (%" PRIu64 " allocs, %" PRIu64 " bytes)", u.number_allocs,
+    BAD("R4 usage differs from the blocks (%" PRIu64 " allocs, %" PRIu64 " bytes)", u.number_allocs,
         u.bytes_in_use);
-  if (unmapped_used != p->pages_unmapped) BAD("pages_unmapped mismatch");
-  if (regions != p->pages) BAD("pages %" PRIu64 ", regions %" PRIu64, p->pages, regions);
+  if (unmapped_used != p->pages_unmapped) BAD("R4 pages_unmapped mismatch");
+  if (regions != p->pages) BAD("R4 pages %" PRIu64 ", regions %" PRIu64, p->pages, regions);
   return bad;
 }
 

@@ -19,8 +19,9 @@ int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag) {
  * storage vm_map (one physical object, one mapping), recorded at its first
  * granule (olen) and in every granule (ostart). The driver unmaps mappings
  * only whole, so an object is unmapped only when all its granules are free.
- * A map creates one object per run of unmapped granules, cut every omax
- * granules. Under a dry run the same objects are recorded but stay virtual;
+ * A map creates one object per run of unmapped granules, cut as its plan
+ * says (objects: every omax granules, block-owned granules apart). Under a
+ * dry run the same objects are recorded but stay virtual;
  * backing one maps it whole, so an object is either all virtual or all real. */
 
 
@@ -47,6 +48,7 @@ void cm__arena_unmap_add(arena *a, region *r, batch *b, uint64_t s, uint64_t n) 
  * caller flushes it). A virtual object is only uncounted. */
 static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
   uint64_t n = r->olen[s], hi = s + n - 1;
+  CM_ASSERT(n > 0 && bits_all(r->fm, s, hi)); /* R9: only whole free objects go */
   if (__builtin_expect(!(a->unbacked && r->virt && bit(r->virt, s)), 1)) {
     cm__arena_unmap_add(a, r, b, s, n);
   } else {
@@ -66,9 +68,8 @@ static void unmap_object(arena *a, region *r, uint64_t s, batch *b) {
 /* Unmap free objects, highest addresses first, until `want` granules went
  * (UINT64_MAX: every free object); the last object may go beyond `want`, so a
  * trim that bounds the cache before a map gives back a free object larger
- * than the excess whole rather than keep it (bench/results/fit.md: median
- * unconstrained 1.0106 -> 1.0095, and fewer calls: what a loop needs again
- * raises the budget). Objects meeting granules [ex_lo, ex_hi] of region ex
+ * than the excess whole rather than keep it (what a loop needs again raises
+ * the budget instead). Objects meeting granules [ex_lo, ex_hi] of region ex
  * stay. Returns how many granules were unmapped. */
 uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_lo, uint64_t ex_hi) {
   uint64_t done = 0;
@@ -98,16 +99,16 @@ uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_l
 }
 
 /* End of the object that a map starting at unmapped granule g creates inside
- * [g, hi]: the run of unmapped granules, cut after omax of them; granules
+ * [g, hi]: the run of unmapped granules, cut after ob->omax of them; granules
  * [own_lo, own_hi] (those a block being placed covers whole, while the device
  * has room) form one object of their own. */
-static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, uint64_t hi) {
+static inline uint64_t object_end(const objects *ob, const region *r, uint64_t g, uint64_t hi) {
   uint64_t e = g, lim;
-  if (__builtin_expect(g >= a->own_lo && g <= a->own_hi, 0)) {
-    lim = hi < a->own_hi ? hi : a->own_hi; /* granules one block owns: one object */
+  if (__builtin_expect(g >= ob->own_lo && g <= ob->own_hi, 0)) {
+    lim = hi < ob->own_hi ? hi : ob->own_hi; /* granules one block owns: one object */
   } else {
-    lim = hi - g + 1 < a->omax ? hi : g + a->omax - 1;
-    if (g < a->own_lo && lim >= a->own_lo && a->own_lo <= a->own_hi) lim = a->own_lo - 1;
+    lim = hi - g + 1 < ob->omax ? hi : g + ob->omax - 1;
+    if (g < ob->own_lo && lim >= ob->own_lo && ob->own_lo <= ob->own_hi) lim = ob->own_lo - 1;
   }
   while (e < lim && !bit(r->mapped, e + 1)) e++;
   return e;
@@ -121,8 +122,8 @@ static inline uint64_t object_end(const arena *a, const region *r, uint64_t g, u
  * between, so two walks over the same state see the same objects. */
 typedef int (*object_fn)(arena *a, region *r, uint64_t s, uint64_t n, void *arg);
 
-static int walk_objects(arena *a, region *r, uint64_t lo, uint64_t hi, bool anyv, uint64_t stop,
-                        object_fn fn, void *arg) {
+static int walk_objects(arena *a, region *r, const objects *ob, uint64_t lo, uint64_t hi,
+                        bool anyv, uint64_t stop, object_fn fn, void *arg) {
   for (uint64_t g = lo; g <= hi && g < stop;) {
     if (bit(r->mapped, g)) {
       if (!(anyv && bit(r->virt, g))) { /* backed */
@@ -135,7 +136,7 @@ static int walk_objects(arena *a, region *r, uint64_t lo, uint64_t hi, bool anyv
       g = s + n;
       continue;
     }
-    uint64_t e = object_end(a, r, g, hi);
+    uint64_t e = object_end(ob, r, g, hi);
     int rc = fn(a, r, g, e - g + 1, arg);
     if (rc) return rc;
     g = e + 1;
@@ -176,7 +177,7 @@ static int unmap_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
   return 0;
 }
 
-/* Map every unmapped granule of [lo, hi] in r. `covered`: the range lies
+/* Map every unmapped granule of [lo, hi] in r, in the objects `ob` says. `covered`: the range lies
  * inside a used block (else the new granules are free until the caller
  * places a block). `lazy` (dry run): the granules are counted exactly as
  * mapped ones, in the same objects, but only marked virtual, with no storage
@@ -184,15 +185,15 @@ static int unmap_one(arena *a, region *r, uint64_t s, uint64_t n, void *arg) {
  * (virtual ones included, whole) is mapped in the storage; virtual granules
  * were counted already, so backing them changes no accounting. On failure
  * every object mapped here is unmapped again and nothing changes. */
-int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
-                     cm_diag_t *diag) {
+static int map_range(arena *a, region *r, const objects *ob, uint64_t lo, uint64_t hi,
+                     bool covered, bool lazy, cm_diag_t *diag) {
   uint64_t regret = 0;
   bool anyv = virt_in(a, r, lo, hi);
   if (!lazy) {
     map_arg m = {diag, {0, 0, 0}, 0, CM_OK};
-    if (walk_objects(a, r, lo, hi, anyv, UINT64_MAX, map_one, &m) || map_flush(a, r, &m)) {
+    if (walk_objects(a, r, ob, lo, hi, anyv, UINT64_MAX, map_one, &m) || map_flush(a, r, &m)) {
       batch u = {0, 0, 0}; /* bits are unchanged: the same walk finds what was mapped */
-      (void)walk_objects(a, r, lo, hi, anyv, m.failed_at, unmap_one, &u);
+      (void)walk_objects(a, r, ob, lo, hi, anyv, m.failed_at, unmap_one, &u);
       cm__arena_unmap_flush(a, r, &u);
       return m.rc;
     }
@@ -215,7 +216,7 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
       g++;
       continue;
     }
-    uint64_t e = object_end(a, r, g, hi); /* the object the storage walk made */
+    uint64_t e = object_end(ob, r, g, hi); /* the object the storage walk made */
     r->olen[g] = (uint32_t)(e - g + 1);
     for (uint64_t x = g; x <= e; x++) {
       r->ostart[x] = (uint32_t)g;
@@ -233,7 +234,7 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
   if (n == 0) return CM_OK; /* only virtual granules were backed */
   if (lazy) {
     a->unbacked += n;
-    a->st->dry_bytes += n << a->gshift;
+    *a->base.ctx.dry_ledger += n << a->gshift;
   }
   r->mapped_gran += n;
   /* feedback: re-mapping what was just trimmed raises the budget, a map
@@ -251,21 +252,24 @@ int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool cove
   return CM_OK;
 }
 
-
-
+int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
+                        cm_diag_t *diag) {
+  objects ob = objects_default(a);
+  return map_range(a, r, &ob, lo, hi, covered, lazy, diag);
+}
 
 /* Does `add` more bytes fit free_b bytes of free device memory, less what dry
  * runs counted without mapping? *left: free memory after `add` (0 if not). */
 static bool fits_free(const arena *a, uint64_t free_b, uint64_t add, uint64_t *left) {
-  uint64_t pending = a->st->dry_bytes;
+  uint64_t pending = *a->base.ctx.dry_ledger;
   bool fits = pending <= free_b && add <= free_b - pending;
   *left = fits ? free_b - pending - add : 0;
   return fits;
 }
 
 /* Does `add` more bytes fit the device's free memory, as the storage reports
- * it less what dry runs counted without mapping (dry_bytes, every pool on
- * this storage)? So an eager and a dry run of one sequence see the same
+ * it less what dry runs counted without mapping (the dry-run ledger, every
+ * pool of the manager)? So an eager and a dry run of one sequence see the same
  * figure. Returns false when the storage does not report its memory;
  * otherwise *fits, *left (free memory after `add`) and *total. */
 static bool device_fits(const arena *a, uint64_t add, bool *fits, uint64_t *left, uint64_t *total) {
@@ -284,7 +288,7 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
 }
 
 /* Would the device stay more than half free after mapping `need` more
- * granules (CM_OBJECT_AUTO's and the default's larger objects)? Unknown
+ * granules (the default's larger objects)? Unknown
  * capacity: no. The device's memory is asked (cuMemGetInfo on CUDA) once every
  * ROOM_REFRESH decisions, and again whenever the answer lies within
  * total >> ROOM_MARGIN_SHIFT of the half-free line; in between, the last
@@ -294,7 +298,7 @@ bool cm__arena_dry_short(const arena *a, uint64_t add) {
  * eager and dry runs decide alike; what other processes take is seen at the
  * next query, and near the line at once. */
 bool cm__arena_has_room(arena *a, uint64_t need) {
-  uint64_t held = atomic_load_explicit(&a->st->bytes_held, memory_order_relaxed);
+  uint64_t held = cm__storage_held(a->st);
   bool fresh = false;
   for (;;) {
     if (a->room_uses == 0) {
@@ -337,10 +341,50 @@ static uint64_t hold_step(const arena *a) {
   return s ? s : 1;
 }
 
-/* Map what placing span s in free block b (at place_off) needs; `lazy`: count
- * the granules as mapped without mapping them (dry run), with the very same
- * trimming and batching decisions, so a dry run places as an eager run does. */
-static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
+/* What map_for decides for a placement of span s at offset o (granules
+ * [g0, g1], `need` of them unmapped), and then executes. */
+typedef struct map_plan {
+  objects ob;    /* the objects the map makes */
+  uint64_t step; /* growth: map up to g0 + step - 1 when the free block allows (0: none) */
+  bool hold;     /* the default holds: the trim budget is the release threshold */
+} map_plan;
+
+/* The policy. While the device has room the default holds what it maps (no
+ * trim before a map) and grows by whole steps (hold_step): one object per
+ * growth, or a block of whole granules of at least a quarter step as its own
+ * object. Otherwise (and near the capacity) objects of the configured size,
+ * with the hysteresis trim. */
+static map_plan plan_map(arena *a, uint64_t o, uint64_t s, uint64_t g0, uint64_t g1,
+                         uint64_t need) {
+  map_plan p = {objects_default(a), 0, false};
+  if (!a->owned || !cm__arena_has_room(a, need)) return p;
+  p.hold = true;
+  p.step = hold_step(a);
+  bool whole = s >= a->gran && !((o | s) & (a->gran - 1)); /* on a granule boundary */
+  bool large = (g1 - g0 + 1) * 4 >= p.step;                 /* no growth beyond it */
+  if (large) p.step = 0;
+  if (whole) { /* the block's granules (and the growth beyond a small one): one object */
+    p.ob.own_lo = g0;
+    p.ob.own_hi = large ? g1 : UINT64_MAX - 1;
+  } else if (a->room_above >= (a->room_total >> 1) - (a->room_total >> ROOMY_SHIFT)) {
+    p.ob.omax = UINT32_MAX; /* 1 - 2^-ROOMY_SHIFT stays free: the growth is one object */
+  } else { /* granules shared with neighbours: small objects; the growth: one object */
+    if (a->room_omax > p.ob.omax) p.ob.omax = a->room_omax;
+    uint64_t q = (g1 - g0 + 1) >> PIECES_SHIFT; /* at most ~2^PIECES_SHIFT objects a block */
+    if (q > p.ob.omax) p.ob.omax = q;
+    if (!large) {
+      p.ob.own_lo = g1 + 1;
+      p.ob.own_hi = UINT64_MAX - 1;
+    }
+  }
+  return p;
+}
+
+/* Map what placing span s in free block b (at place_off) needs, as plan_map
+ * decides; `lazy`: count the granules as mapped without mapping them (dry
+ * run), with the very same trimming and batching decisions, so a dry run
+ * places as an eager run does. */
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
   region *r = b->rg;
   uint64_t o = place_off(a, b, s);
   uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
@@ -348,54 +392,21 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
     return CM_OK;
   }
-  /* While the device has room the default holds what it maps (no trim before
-   * a map) and grows by whole steps (hold_step): one object per growth, or
-   * a block of whole granules of at least a quarter step as its own object;
-   * CM_OBJECT_AUTO maps whole runs in AUTO_CHUNK steps; otherwise (and near
-   * the capacity) objects of omax granules, with the hysteresis trim. */
   uint64_t need = unmapped_in(r, g0, g1); /* the trims below keep [g0, hi] */
-  bool room = false, hold = false;
-  uint64_t step = 0;
-  if (a->oauto) {
-    room = cm__arena_has_room(a, need);
-    if (room) {
-      a->omax = UINT32_MAX;
-      step = AUTO_CHUNK >> a->gshift ? AUTO_CHUNK >> a->gshift : 1;
-    }
-  } else if (a->owned && cm__arena_has_room(a, need)) {
-    hold = true;
-    step = hold_step(a);
-    bool whole = s >= a->gran && !((o | s) & (a->gran - 1)); /* on a granule boundary */
-    bool large = (g1 - g0 + 1) * 4 >= step;                   /* no growth beyond it */
-    if (large) step = 0;
-    if (whole) { /* the block's granules (and the growth beyond a small one): one object */
-      a->own_lo = g0;
-      a->own_hi = large ? g1 : UINT64_MAX - 1;
-    } else if (a->room_above >= (a->room_total >> 1) - (a->room_total >> ROOMY_SHIFT)) {
-      a->omax = UINT32_MAX; /* the device stays 7/8 free: the whole growth is one object */
-    } else { /* granules shared with neighbours: small objects; the growth: one object */
-      if (a->room_omax > a->omax) a->omax = a->room_omax;
-      uint64_t q = (g1 - g0 + 1) >> PIECES_SHIFT; /* at most ~2^PIECES_SHIFT objects a block */
-      if (q > a->omax) a->omax = q;
-      if (!large) {
-        a->own_lo = g1 + 1;
-        a->own_hi = UINT64_MAX - 1;
-      }
-    }
-  }
+  map_plan p = plan_map(a, o, s, g0, g1, need);
   /* growth batching (requests under a granule: a run of them would map one
    * granule each): extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = s >= a->gran ? 0 : (a->held >> a->gshift) >> EXT_SHIFT;
   uint64_t end = (b->s.offset + b->s.span) >> a->gshift; /* granules below `end` are inside */
   uint64_t hi = g1;
   while (hi - g1 < ext_max && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
-  if (step) { /* growth by whole steps: the default holding, CM_OBJECT_AUTO with room */
-    uint64_t want = room ? (g1 / step + 1) * step - 1 : g0 + step - 1;
+  if (p.step) { /* growth by whole steps: the default holding */
+    uint64_t want = g0 + p.step - 1;
     while (hi < want && hi + 1 < end && !bit(r->mapped, hi + 1)) hi++;
   }
   /* free mapped granules that stay free after the placement, beyond the budget,
    * go first (while holding: beyond the release threshold, when one is set) */
-  uint64_t budget = hold ? a->keep : keep_budget(a); /* holding: the release threshold, if set */
+  uint64_t budget = p.hold ? a->keep : keep_budget(a);
   if (budget != UINT64_MAX) {
     uint64_t fm_out = a->free_mapped - fm_in(r, g0, g1);
     if (fm_out + (hi - g1) > budget) cm__arena_trim(a, fm_out + (hi - g1) - budget, r, g0, hi);
@@ -416,23 +427,17 @@ static int map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
                           "dry-run reservation of %" PRIu64 " bytes",
                           need << a->gshift, s);
   }
-  int rc = cm__arena_map_range(a, r, g0, hi, false, lazy, diag);
+  int rc = map_range(a, r, &p.ob, g0, hi, false, lazy, diag);
   if (rc == CM_EOOM && !lazy) {
     /* The device is short. Growth ahead of the request and cached memory are
-     * what can give: give back every other free mapped chunk, then map only
-     * what the request needs. */
-    objects_default(a); /* short: objects that can be given back granule by granule */
+     * what can give: give back every other free mapped object, then map only
+     * what the request needs, in objects of the configured size (ones that
+     * can be given back granule by granule). */
     uint64_t freed = cm__arena_trim(a, UINT64_MAX, r, g0, g1);
     if (freed || hi > g1) {
       if (diag) cm_diag_clear(diag);
       rc = cm__arena_map_range(a, r, g0, g1, false, false, diag);
     }
   }
-  return rc;
-}
-
-int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
-  int rc = map_for(a, b, s, lazy, diag);
-  objects_default(a);
   return rc;
 }

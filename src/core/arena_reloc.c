@@ -354,7 +354,7 @@ static int pack_place(plan_ctx *c, region *r, uint32_t ri, uref *v, const window
 static uint64_t room_granules(const arena *a) {
   uint64_t free_b = 0, total = 0;
   if (cm_storage_mem_info(a->st, &free_b, &total) != CM_OK || total == 0) return 0;
-  uint64_t pending = a->st->dry_bytes;
+  uint64_t pending = *a->base.ctx.dry_ledger;
   uint64_t room = free_b > pending ? (free_b - pending) >> a->gshift : 0;
   if (capped(a)) {
     uint64_t cap = a->base.opts.max_pool_size;

@@ -285,15 +285,11 @@ static void key_list(char *buf, size_t cap, const char *suffix) {
 }
 
 /* The value v[0..vl) of key number `key` (pool idx of kind `kind`): a size
- * in the one grammar (base/units.c), a whole number of reservations for
- * period=, or auto for object=. */
+ * in the one grammar (base/units.c), or a whole number of reservations for
+ * period=. */
 static int parse_value(const char *v, size_t vl, int key, size_t idx, const char *kind,
                        uint64_t *out, cm_diag_t *diag) {
   char why[160];
-  if (key == K_OBJECT && key_is(v, vl, "auto")) {
-    *out = CM_OBJECT_AUTO; /* the arena's adaptive object size */
-    return CM_OK;
-  }
   if (key == K_PERIOD) {
     uint64_t r = 0;
     size_t i = 0;
@@ -482,9 +478,7 @@ size_t cm_pools_format(const cm_pool_options_t *pools, size_t n, char *buf, size
         if (o->max_alloc_size) {
           w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_MAX], o->max_alloc_size);
         }
-        if (o->max_object_size == CM_OBJECT_AUTO) {
-          w = fmt_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], "auto");
-        } else if (o->max_object_size) {
+        if (o->max_object_size) {
           w = fmt_size_opt(tmp, sizeof tmp, w, k_keys[K_OBJECT], o->max_object_size);
         }
         if (o->has_release_threshold) {

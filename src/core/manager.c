@@ -34,12 +34,6 @@
 
 /* ---- pools ----------------------------------------------------------------- */
 
-static cm__pool *pool_of(cm_manager_t *m, const cm__slice *s) {
-  if (s->pool == CM_PERSISTENT_POOL) return m->persistent;
-  if (s->pool == CM_DEDICATED_POOL) return m->dedicated;
-  return m->pools[s->pool];
-}
-
 /* Every pool by number: the dynamic ones, then the persistent and the
  * dedicated pool (i < npools + 2). */
 static cm__pool *pool_at(const cm_manager_t *m, size_t i) {
@@ -47,24 +41,9 @@ static cm__pool *pool_at(const cm_manager_t *m, size_t i) {
   return i == m->npools ? m->persistent : m->dedicated;
 }
 
-/* Fold pool p's reserved-bytes change since the last take into the totals;
- * called after every pool call that may change them (pool.h's vtable). The
- * other pools did not change meanwhile, so the pool's high-water mark gives
- * the highest total reached during the call: the peak stays exact. Out of
- * line, so the reservation fast path keeps its registers. */
-static __attribute__((noinline)) void take_reserved(cm_manager_t *m, cm__pool *p) {
-  cm__reserved_change c = cm__pool_reserved_take(p);
-  uint64_t others = m->reserved_total - c.before;
-  if (others + c.high > m->reserved_peak) m->reserved_peak = others + c.high;
-  m->reserved_total = others + c.now;
-}
-
-void cm__manager_take_reserved(cm_manager_t *m, cm__pool *p) { take_reserved(m, p); }
-cm__pool *cm__manager_pool_of(cm_manager_t *m, const cm__slice *s) { return pool_of(m, s); }
-
 /* Destroy pool p, taking its reserved bytes out of the totals. */
 static void drop_pool(cm_manager_t *m, cm__pool *p) {
-  take_reserved(m, p);
+  cm__manager_take_reserved(m, p);
   m->reserved_total -= p->usage.bytes_reserved;
   p->vt->destroy(p);
 }
@@ -122,12 +101,12 @@ void cm__manager_drain(cm_manager_t *m) {
     cm_desc_t *next = d->next;
     cm__slice *s = d->slice;
     if (cm__desc_drained(d) && s && s->used) {
-      cm__pool *p = pool_of(m, s);
+      cm__pool *p = cm__manager_pool_of(m, s);
       if (__builtin_expect(s->used & CM__USED_GUARDED, 0)) guard_drop(m, p, s);
       cm__pool_mark_free(p, s);
       p->vt->on_free(p, s);
       /* a release may give a page back (an adaptive pool's outdated ones) */
-      if (__builtin_expect(p->reserved_mark != p->usage.bytes_reserved, 0)) take_reserved(m, p);
+      if (__builtin_expect(p->reserved_mark != p->usage.bytes_reserved, 0)) cm__manager_take_reserved(m, p);
     }
     d = next;
   }
@@ -138,7 +117,7 @@ static int slice_handle(cm_manager_t *m, cm__pool *p, cm__slice *s, cm_handle_t 
   if (!s->desc && !cm__slice_new_desc(p, s)) return CM_ENOMEM;
   if (!s->used) {
     p->vt->take_free(p, s);
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     cm__pool_mark_used(p, s, s->size);
   }
   *out = cm__desc_take_handle(s->desc);
@@ -172,12 +151,14 @@ static void touch(cm_manager_t *m, cm__slice *s, cm_handle_t h) {
   }
 }
 
-/* Hand out slice s of pool p (fresh from try_reserve/alloc) for `size`. */
-static int hand_out(cm_manager_t *m, cm__pool *p, cm__slice *s, uint64_t size, cm_handle_t *out,
-                    cm_diag_t *diag) {
+/* Hand out slice s of pool p (fresh from try_reserve/alloc) for `size`;
+ * inline in the reservation path, where a call costs more than its body. */
+static inline __attribute__((always_inline)) int hand_out(cm_manager_t *m, cm__pool *p,
+                                                          cm__slice *s, uint64_t size,
+                                                          cm_handle_t *out, cm_diag_t *diag) {
   if (!s->desc && !cm__slice_new_desc(p, s)) {
     p->vt->on_free(p, s); /* give it back untouched */
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a descriptor");
   }
   cm__pool_mark_used(p, s, size);
@@ -265,7 +246,8 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
                                .lazy_ids = &m->lazy_next_id,
                                .dry_runs = &m->dry_runs,
                                .page_updates = &m->page_updates,
-                               .reserve_clock = &m->alloc_reserve_count};
+                               .reserve_clock = &m->alloc_reserve_count,
+                               .dry_ledger = &m->dry_ledger};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else
@@ -315,18 +297,22 @@ void cm_manager_destroy(cm_manager_t *m) {
 /* ---- cleanup ------------------------------------------------------------------- */
 
 /* First dynamic pool accepting `size`, or npools. */
-static size_t route(const cm_manager_t *m, uint64_t size) {
+static inline __attribute__((always_inline)) size_t route(const cm_manager_t *m,
+                                                          uint64_t size) {
   for (size_t i = 0; i < m->npools; i++)
-    if (m->pools[i]->vt->accept(m->pools[i], size)) return i;
+    if (cm__pool_accepts(m->pools[i], size)) return i;
   return m->npools;
 }
 
 /* The dedicated pool gives back its freed allocations (its next_cleanup is
- * UINT64_MAX when it holds none). */
-static void give_back_dedicated(cm_manager_t *m) {
-  if (m->dedicated->next_cleanup == UINT64_MAX) return;
+ * UINT64_MAX when it holds none: give_back_dedicated tests that inline). */
+static __attribute__((noinline)) void give_back_dedicated_now(cm_manager_t *m) {
   m->dedicated->vt->cleanup(m->dedicated, m->alloc_reserve_count, true, UINT64_MAX);
-  take_reserved(m, m->dedicated);
+  cm__manager_take_reserved(m, m->dedicated);
+}
+
+static inline void give_back_dedicated(cm_manager_t *m) {
+  if (__builtin_expect(m->dedicated->next_cleanup != UINT64_MAX, 0)) give_back_dedicated_now(m);
 }
 
 /* Cleanup. `target` is the pool the request being served routes to (only it
@@ -338,13 +324,13 @@ static void cleanup_impl(cm_manager_t *m, bool explicit_cleanup, uint64_t servin
   if (m->capturing) return;
   if (explicit_cleanup) {
     m->persistent->vt->cleanup(m->persistent, m->alloc_reserve_count, true, serving);
-    take_reserved(m, m->persistent);
+    cm__manager_take_reserved(m, m->persistent);
   }
   give_back_dedicated(m);
   for (size_t i = 0; i < m->npools; i++) {
     m->pools[i]->vt->cleanup(m->pools[i], m->alloc_reserve_count, explicit_cleanup,
                              i == target ? serving : UINT64_MAX);
-    take_reserved(m, m->pools[i]);
+    cm__manager_take_reserved(m, m->pools[i]);
   }
   update_next_cleanup(m);
   if (cm__storage_pending(m->storage) || explicit_cleanup) cm_storage_flush(m->storage);
@@ -365,13 +351,47 @@ static void debug_check(cm_manager_t *m, const char *call) {
   abort();
 }
 
-void cm__manager_debug_check(cm_manager_t *m, const char *call) { debug_check(m, call); }
+/* ---- relocation (relocate.c plans, copies and commits) ------------------------ */
+
+/* Relocation for trigger `why`: refused, nothing changed, for an unknown
+ * reason, while a capture or a dry run is open, or when the storage cannot
+ * copy; else the freed inbox is drained and relocate.c runs. */
+static int relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_stats_t *out,
+                    cm_diag_t *diag) {
+  if (out) memset(out, 0, sizeof *out);
+  if ((unsigned)why > CM_RELOCATE_CAPTURE)
+    return cm__diag_set(diag, CM_EINVAL, "unknown relocation reason %d", (int)why);
+  if (m->capturing || m->dry_runs)
+    return cm__diag_set(diag, CM_EBUSY,
+                        "relocation does not run while a graph capture or a dry run is open");
+  if (!cm_storage_can_copy(m->storage))
+    return cm__diag_set(diag, CM_ENOTSUP,
+                        "the %s storage cannot copy device memory, so nothing can be relocated",
+                        cm_storage_name(m->storage));
+  cm__manager_drain(m);
+  return cm__relocate(m, why, out, diag);
+}
+
+int cm_manager_relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_stats_t *out,
+                        cm_diag_t *diag) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
+  int rc = relocate(m, why, out, diag);
+  if (__builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_relocate");
+  return rc;
+}
+
+void cm_manager_relocate_totals(const cm_manager_t *m, cm_relocate_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (m) *out = m->reloc;
+}
 
 void cm_manager_cleanup(cm_manager_t *m, bool explicit_cleanup) {
   if (!m) return;
   cm__manager_drain(m);
   if (explicit_cleanup && m->relocate && !m->capturing && !m->dry_runs)
-    (void)cm__relocate(m, CM_RELOCATE_EXPLICIT, NULL, NULL); /* abandoned: nothing lost */
+    (void)relocate(m, CM_RELOCATE_EXPLICIT, NULL, NULL); /* abandoned: nothing lost */
   cleanup_impl(m, explicit_cleanup, UINT64_MAX, m->npools);
   if (__builtin_expect(m->debug_checks, 0)) debug_check(m, "cm_manager_cleanup");
 }
@@ -411,7 +431,7 @@ static int reserve_persistent(cm_manager_t *m, uint64_t size, uint64_t eff, bool
     return CM_OK;
   }
   int rc = p->vt->alloc(p, size, eff, lazy, &s, diag);
-  take_reserved(m, p);
+  cm__manager_take_reserved(m, p);
   if (rc == CM_OK) rc = hand_out(m, p, s, size, out, diag);
   if (LOG_ON(m, CM_LOG_BASIC)) {
     char prefix[256];
@@ -455,7 +475,7 @@ static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, u
   uint64_t budget = RELOCATE_BUDGET * m->reserved_total, copied = 0;
   while (rc == CM_EOOM && copied <= budget) {
     cm_relocate_stats_t st;
-    if (cm__relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
+    if (relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
     copied += st.bytes_copied;
     cleanup_impl(m, true, UINT64_MAX, m->npools);
     *s = p->vt->try_reserve(p, size, eff);
@@ -463,7 +483,7 @@ static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, u
     cm_diag_t d3;
     cm_diag_clear(&d3);
     rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     if (rc != CM_OK) *d2 = d3;
     if (LOG_ON(m, CM_LOG_BASIC))
       cm_logger_printf(m->logger, CM_LOG_BASIC,
@@ -488,7 +508,7 @@ static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size,
     cm_diag_t d3;
     cm_diag_clear(&d3);
     rc = p->vt->alloc(p, size, eff, lazy, s, &d3);
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     if (rc != CM_OK) *d2 = d3;
   }
   if (LOG_ON(m, CM_LOG_BASIC)) {
@@ -510,7 +530,7 @@ static int reserve_dedicated(cm_manager_t *m, uint64_t size, uint64_t eff, bool 
   cm_diag_t d2;
   cm_diag_clear(&d2);
   int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
-  take_reserved(m, p);
+  cm__manager_take_reserved(m, p);
   if (rc == CM_EOOM && !m->capturing) rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
   if (rc != CM_OK) {
     if (diag) *diag = d2;
@@ -540,7 +560,7 @@ static __attribute__((noinline, cold)) void relocate_before_page(cm_manager_t *m
     return;
   uint64_t page = p->opts.page_size;
   if (free_b >= page && free_b - page >= page) return; /* room for two more pages */
-  (void)cm__relocate(m, CM_RELOCATE_PRESSURE, NULL, NULL); /* abandoned: nothing lost */
+  (void)relocate(m, CM_RELOCATE_PRESSURE, NULL, NULL); /* abandoned: nothing lost */
 }
 
 /* A FORBIDDEN reservation found no held room. */
@@ -604,7 +624,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
   bool any = false;
   for (size_t i = first; i < m->npools; i++) {
     cm__pool *p = m->pools[i];
-    if (i != first && !p->vt->accept(p, size)) continue;
+    if (i != first && !cm__pool_accepts(p, size)) continue;
     any = true;
     cm__slice *s = p->vt->try_reserve(p, size, eff);
     if (s) return hand_out(m, p, s, size, out, diag);
@@ -614,7 +634,7 @@ static inline __attribute__((always_inline)) int reserve_impl(cm_manager_t *m, u
     cm_diag_t d2;
     cm_diag_clear(&d2);
     int rc = p->vt->alloc(p, size, eff, lazy, &s, &d2);
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     if (rc == CM_EOOM && !m->capturing && may_release)
       rc = retry_after_release(m, p, size, eff, lazy, &s, &d2);
     if (rc == CM_OK) {
@@ -696,7 +716,7 @@ int cm_manager_find(cm_manager_t *m, cm_binding_t b, cm_location_t *out, cm_diag
   if (rc) return rc;
   if (out) {
     memset(out, 0, sizeof *out);
-    pool_of(m, s)->vt->locate(pool_of(m, s), s, out);
+    cm__manager_pool_of(m, s)->vt->locate(cm__manager_pool_of(m, s), s, out);
     out->pool = s->pool;
     out->offset = s->offset;
     out->init = true;
@@ -718,14 +738,14 @@ int cm_manager_get_storage(cm_manager_t *m, cm_binding_t b, cm_storage_handle_t 
   int rc = lookup(m, b.d, &s, diag);
   if (rc) return rc;
   if (!s->mapped) {
-    cm__pool *p = pool_of(m, s);
+    cm__pool *p = cm__manager_pool_of(m, s);
     rc = p->vt->materialize(p, s, diag);
-    take_reserved(m, p);
+    cm__manager_take_reserved(m, p);
     if (rc) return rc;
   }
   /* A live slice's bytes are addressable, also when its memory was backed
    * later (a lazily reserved page materialised through a neighbour). */
-  if (s->used) cm__pool_asan_mark(pool_of(m, s), s, s->size, false);
+  if (s->used) cm__pool_asan_mark(cm__manager_pool_of(m, s), s, s->size, false);
   if (out) *out = (cm_storage_handle_t){s->storage_id, s->offset, s->size};
   return CM_OK;
 }
@@ -744,7 +764,7 @@ int cm_manager_get_resource(cm_manager_t *m, cm_binding_t b, uint64_t offset_sta
                       h.size - offset_start - offset_end, out, diag);
   if (rc == CM_OK) { /* the caller keeps a raw address: guard the slice */
     cm__slice *s = b.d->slice;
-    cm__pool *p = pool_of(m, s);
+    cm__pool *p = cm__manager_pool_of(m, s);
     s->guards++;
     s->used |= CM__USED_GUARDED;
     m->guards++;
@@ -764,7 +784,7 @@ int cm_manager_unguard(cm_manager_t *m, cm_binding_t b, cm_diag_t *diag) {
   s->guards--;
   m->guards--;
   if (!s->guards) s->used &= (uint8_t)~CM__USED_GUARDED;
-  cm__pool *p = pool_of(m, s);
+  cm__pool *p = cm__manager_pool_of(m, s);
   if (m->relocate && p->vt->guard) p->vt->guard(p, s, -1);
   return CM_OK;
 }
@@ -930,7 +950,7 @@ struct cm_pins {
 void cm_manager_capture_begin(cm_manager_t *m) {
   if (!m) return;
   if (!m->capturing && m->relocate && !m->dry_runs)
-    (void)cm__relocate(m, CM_RELOCATE_CAPTURE, NULL, NULL); /* abandoned: nothing lost */
+    (void)relocate(m, CM_RELOCATE_CAPTURE, NULL, NULL); /* abandoned: nothing lost */
   if (!m->capturing) {
     m->capturing = true;
     m->priming = true;

@@ -54,6 +54,7 @@ struct cm_manager {
   size_t nprimed, capprimed;
   /* dry runs (spec §6) */
   uint64_t dry_runs;     /* open dry runs; the pools read it (pool_ctx) */
+  uint64_t dry_ledger;   /* bytes dry runs counted without the storage (pool_ctx) */
   uint8_t page_updates;  /* the reservation in progress's cm_page_updates_t (pool_ctx) */
   uint64_t lazy_next_id; /* ids for lazily reserved memory, counting down; pools mint them */
   /* totals: the sum of the pools' bytes_reserved and its peak (take_reserved) */
@@ -68,17 +69,33 @@ struct cm_manager {
   cm_relocate_stats_t reloc;
 };
 
-/* relocate.c: relocation for trigger `why` (see cm_manager_relocate); adds
- * to m->reloc and, when out is non-NULL, reports this run there. */
+/* relocate.c: plan, copy and commit a relocation for trigger `why` (see
+ * cm_manager_relocate); adds to m->reloc and, when out is non-NULL, reports
+ * this run there. The caller (manager.c) has checked the reason, that no
+ * capture or dry run is open and that the storage can copy, and drained the
+ * freed inbox. */
 int cm__relocate(struct cm_manager *m, cm_relocate_reason_t why, cm_relocate_stats_t *out,
                  cm_diag_t *diag);
-/* A take of pool p's reserved-bytes change into the manager's totals. */
-void cm__manager_take_reserved(struct cm_manager *m, cm__pool *p);
-/* Debug level 3: check every invariant after `call`; abort on a violation
- * (reported through the logger, else stderr). */
-void cm__manager_debug_check(struct cm_manager *m, const char *call);
+
 /* The pool holding slice s. */
-cm__pool *cm__manager_pool_of(struct cm_manager *m, const cm__slice *s);
+static inline cm__pool *cm__manager_pool_of(struct cm_manager *m, const cm__slice *s) {
+  if (s->pool == CM_PERSISTENT_POOL) return m->persistent;
+  if (s->pool == CM_DEDICATED_POOL) return m->dedicated;
+  return m->pools[s->pool];
+}
+
+/* Fold pool p's reserved-bytes change since the last take into the totals;
+ * called after every pool call that may change them (pool.h's vtable). The
+ * other pools did not change meanwhile, so the pool's high-water mark gives
+ * the highest total reached during the call: the peak stays exact. Out of
+ * line, so the reservation fast path keeps its registers. */
+static __attribute__((noinline, unused)) void cm__manager_take_reserved(struct cm_manager *m,
+                                                                       cm__pool *p) {
+  cm__reserved_change c = cm__pool_reserved_take(p);
+  uint64_t others = m->reserved_total - c.before;
+  if (others + c.high > m->reserved_peak) m->reserved_peak = others + c.high;
+  m->reserved_total = others + c.now;
+}
 
 /* Is logging at level lvl on for manager m? */
 #define LOG_ON(m, lvl) ((m)->log_level >= (lvl) && (lvl) != CM_LOG_DISABLED)

@@ -50,6 +50,11 @@ typedef struct cm__pool_ctx {
    * no alloc) */
   const uint8_t *page_updates;
   const uint64_t *reserve_clock; /* reservations made so far (the cleanup's alloc_nr) */
+  /* The dry-run ledger: bytes dry runs counted without asking the storage
+   * for them (the arenas' virtual granules and lazy segments), shared by the
+   * owner's pools; what a dry run adds to the device's used memory when it
+   * checks the device's limit. */
+  uint64_t *dry_ledger;
 } cm__pool_ctx;
 
 typedef struct cm__slice {
@@ -165,7 +170,17 @@ struct cm__pool {
    * (UINT64_MAX: never). Each cleanup() call updates it; the manager calls
    * the periodic cleanup only once the earliest pool is due. */
   uint64_t next_cleanup;
+  /* Every size below it is accepted (vt->accept is asked only from it up;
+   * 0: always asked). A pool whose accept is a size bound sets it, so the
+   * routing tests it inline. */
+  uint64_t accept_below;
 };
+
+/* Does pool p accept a request of `size` bytes (vt->accept, with the
+ * inline test of accept_below first)? */
+static inline bool cm__pool_accepts(const cm__pool *p, uint64_t size) {
+  return size < p->accept_below || p->vt->accept(p, size);
+}
 
 /* ---- constructors (one per kind; each copies *ctx) ---- */
 int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

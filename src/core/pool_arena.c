@@ -16,9 +16,8 @@
  *
  * Physical objects (storage.h's contract, the CUDA driver's). Memory is
  * mapped as physical objects that are unmapped only whole: each run mapped is
- * cut into objects of at most `omax` granules (max_object_size, a strict cap
- * when given; bench/results/objects.md measures the trade-off against driver
- * calls). The default is one granule, so any free granule can be given back,
+ * cut into objects as the map's plan says (arena_map.c's map_plan: objects of
+ * at most max_object_size, a strict cap when given). The default is one granule, so any free granule can be given back,
  * except while the device stays more than half free after the map: then the
  * default HOLDS what it maps (no trim before a map, no periodic trim: a
  * second run of the same job makes no driver call) and grows by steps of
@@ -31,14 +30,12 @@
  * block shares with its neighbours are objects of up to total >>
  * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back;
  * while the device stays more than 1 - 2^-ROOMY_SHIFT free the whole growth
- * is one object. CM_OBJECT_AUTO: whole
- * runs, grown to 20 MiB steps, while the device stays more than half free.
- * Whether it does is asked of the device every 64 such decisions and when
+ * is one object. Whether the device stays more than half free is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
  * is counted (has_room in arena_map.c). Under pressure (a map the device
  * refuses) every free object is given back before the request maps again.
  * Near the capacity, and when the device refuses memory, objects are the
- * configured size (one granule for both). Objects are recorded per granule
+ * configured size. Objects are recorded per granule
  * (ostart, olen). Consecutive objects of one size go to the storage in one
  * vm_map / vm_unmap, so access is set once per run. Trims unmap only objects
  * whose granules are all free.
@@ -54,9 +51,8 @@
  * whole number of granules (VM regions) starts instead at the block's first
  * granule boundary when it still fits there (the part below stays free): it
  * then owns whole granules, so its free frees them for any later placement or
- * trim instead of leaving two boundary granules shared with its neighbours
- * (bench/results/fit.md: median fit 1.0092 -> 1.0065, unconstrained 1.0109 ->
- * 1.0087). Lists are LIFO, so placement depends only on the sequence of calls
+ * trim instead of leaving two boundary granules shared with its neighbours.
+ * Lists are LIFO, so placement depends only on the sequence of calls
  * (deterministic).
  *
  * Mapping (VM regions). Per granule: `mapped` and `fm` (free and mapped)
@@ -85,7 +81,8 @@
  * back address ranges with nothing in use.
  *
  * Dry runs (spec §6). A dry run meets the device's limit where an eager run
- * would: what it counted without mapping (storage dry_bytes, all pools) plus
+ * would: what it counted without mapping (the dry-run ledger of the pool
+ * context, every pool of the manager) plus
  * what it asks for must fit the storage's free memory (mem_info). Under a dry
  * run granules are mapped "virtually": set in
  * `mapped` and in a per-region `virt` bitmap, counted in reserved bytes, the
@@ -115,63 +112,18 @@
  * bounded spare list with its (unreferenced, owned) descriptor, and splits
  * reuse spares, so the steady state allocates no host memory.
  *
- * Invariants (check()): blocks tile each region; no two adjacent free
- * blocks; a free block is in the bin of its span; bitmaps match the lists;
- * usage and reserved bytes equal their recomputation; fm == mapped & ~used,
- * cnt matches the used blocks, mapped used blocks have every granule mapped
- * and none virtual; virt is a subset of mapped; `unbacked` equals the virtual
- * granules / lazy segments; a segment's used blocks are unmapped iff it is
- * lazy.
+ * Invariants: R1-R10 (arena_check.c, docs/design.md): blocks tile each
+ * region; no two adjacent free blocks; a free block is in the bin of its
+ * span; usage and reserved bytes equal their recomputation; fm == mapped &
+ * ~used, cnt matches the used blocks, mapped used blocks have every granule
+ * mapped and none virtual; objects tile the mapped granules; virt is a subset
+ * of mapped; `unbacked` equals the virtual granules / lazy segments.
  *
  * Files: arena.h (internals), pool_arena.c (regions, placement, the pool
  * interface), arena_map.c (objects, mapping, trims), arena_check.c (checker).
  * Exports: cm__pool_arena_new.
  */
 #include "core/arena.h"
-
-/* ---- nodes ------------------------------------------------------------------------ */
-
-static __attribute__((noinline, cold)) ablk *node_new(arena *a) {
-  ablk *n = calloc(1, sizeof *n);
-  if (!n) return NULL;
-  if (!cm__slice_new_desc(&a->base, &n->s)) {
-    free(n);
-    return NULL;
-  }
-  return n;
-}
-
-static inline __attribute__((always_inline)) ablk *node_get(arena *a) {
-  ablk *n = a->spare;
-  if (__builtin_expect(n != NULL, 1)) {
-    a->spare = n->fnext;
-    a->nspare--;
-    n->s.size = n->s.padding = n->s.cursor = 0;
-    n->s.index = 0;
-    n->s.used = n->s.touched = 0;
-  } else {
-    n = node_new(a);
-    if (!n) return NULL;
-  }
-  n->s.pool = a->base.position;
-  n->s.mapped = 1;
-  return n;
-}
-
-static void node_drop(ablk *n) {
-  if (n->s.desc) cm__desc_detach(n->s.desc);
-  free(n);
-}
-
-static inline __attribute__((always_inline)) void node_put(arena *a, ablk *n) {
-  if (a->nspare >= SPARE_MAX || !n->s.desc || n->s.desc->slice != &n->s) {
-    node_drop(n);
-    return;
-  }
-  n->fnext = a->spare;
-  a->spare = n;
-  a->nspare++;
-}
 
 /* ---- regions ---------------------------------------------------------------------- */
 
@@ -246,7 +198,7 @@ static void region_release(arena *a, uint32_t ri) {
     if (r->lazy) {
       a->unbacked--;
       a->lazy_bytes -= r->size;
-      a->st->dry_bytes -= r->size;
+      *a->base.ctx.dry_ledger -= r->size;
     } else {
       cm_storage_dealloc(a->st, r->id, r->size);
     }
@@ -322,7 +274,7 @@ static int region_open(arena *a, uint64_t s, bool lazy, ablk **out, cm_diag_t *d
       r->lazy = true;
       a->unbacked++;
       a->lazy_bytes += size;
-      a->st->dry_bytes += size;
+      *a->base.ctx.dry_ledger += size;
     } else {
       rc = cm_storage_alloc(a->st, size, &r->id, diag);
       if (rc == CM_EOOM && size > s) { /* the device is short: the request's own size may fit */
@@ -353,119 +305,6 @@ fail:
   region_free_mem(r);
   if (ri + 1 == a->nregs) a->nregs--;
   return rc;
-}
-
-/* ---- placement ---------------------------------------------------------------------- */
-
-/* Node n covers [off, off + span) of free block b's region (its links and
- * free flag are the caller's). */
-static inline void node_cover(ablk *n, const ablk *b, uint64_t off, uint64_t span) {
-  n->s.storage_id = b->s.storage_id;
-  n->s.offset = off;
-  n->s.span = span;
-  n->region = b->region;
-  n->rg = b->rg;
-}
-
-static __attribute__((noinline)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off);
-
-/* Carve span s from the low end of free block b (in the bins), or at
- * place_off's granule boundary (place_inside). The used part gets a
- * (recycled) node; the free rest keeps b's node and its bin position when
- * its bin does not change. */
-static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
-  uint64_t off = place_off(a, b, s);
-  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
-  region *r = b->rg;
-  ablk *u = b->s.span > s ? node_get(a) : NULL;
-  if (u) {
-    node_cover(u, b, b->s.offset, s);
-    u->free = 0;
-    u->prev = b->prev;
-    u->next = b;
-    if (b->prev) b->prev->next = u;
-    else r->first = u;
-    b->prev = u;
-    b->s.offset += s;
-    b->s.span -= s;
-    rebin(a, b);
-  } else { /* exact fit, or host OOM: the whole block is handed out */
-    bin_remove(a, b);
-    u = b;
-  }
-  if (r->vm) used_add(a, r, u->s.offset, u->s.span);
-  else r->idle_since = 0;
-  u->s.mapped = 1;
-  return u;
-}
-
-/* Place span s at offset `off` inside free block b (VM region, off above b's
- * low end): b keeps the free part below, a new free node takes the part
- * above (if any). Without host memory for the nodes the whole block is handed
- * out, as place does. */
-static __attribute__((noinline)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off) {
-  region *r = b->rg;
-  uint64_t end = b->s.offset + b->s.span;
-  ablk *u = node_get(a), *t = NULL;
-  if (u && off + s < end && !(t = node_get(a))) {
-    node_put(a, u);
-    u = NULL;
-  }
-  if (!u) {
-    bin_remove(a, b);
-    used_add(a, r, b->s.offset, b->s.span);
-    b->s.mapped = 1;
-    return b;
-  }
-  ablk *after = b->next;
-  node_cover(u, b, off, s);
-  u->free = 0;
-  u->prev = b;
-  u->next = after;
-  b->next = u;
-  ablk *last = u;
-  if (t) {
-    node_cover(t, b, off + s, end - off - s);
-    t->prev = u;
-    t->next = after;
-    u->next = t;
-    bin_insert(a, t);
-    last = t;
-  }
-  if (after) after->prev = last;
-  b->s.span = off - b->s.offset;
-  rebin(a, b);
-  used_add(a, r, off, s);
-  u->s.mapped = 1;
-  return u;
-}
-
-ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
-  if (off != b->s.offset) return place_inside(a, b, s, off);
-  if (place_off(a, b, s) == off) return place(a, b, s);
-  /* place would move a granule-multiple span up to a boundary: carve the
-   * low end here instead, as place does for other spans */
-  region *r = b->rg;
-  ablk *u = b->s.span > s ? node_get(a) : NULL;
-  if (!u) {
-    bin_remove(a, b);
-    used_add(a, r, b->s.offset, b->s.span);
-    b->s.mapped = 1;
-    return b;
-  }
-  node_cover(u, b, b->s.offset, s);
-  u->free = 0;
-  u->prev = b->prev;
-  u->next = b;
-  if (b->prev) b->prev->next = u;
-  else r->first = u;
-  b->prev = u;
-  b->s.offset += s;
-  b->s.span -= s;
-  rebin(a, b);
-  used_add(a, r, u->s.offset, u->s.span);
-  u->s.mapped = 1;
-  return u;
 }
 
 static inline void unlink_blk(region *r, ablk *x) {
@@ -508,7 +347,7 @@ static int seg_back(arena *a, region *r, cm_diag_t *diag) {
   r->lazy = false;
   a->unbacked--;
   a->lazy_bytes -= r->size;
-  a->st->dry_bytes -= r->size;
+  *a->base.ctx.dry_ledger -= r->size;
   for (ablk *b = r->first; b; b = b->next) {
     b->s.storage_id = id;
     if (!b->free && !b->s.mapped) {
@@ -717,7 +556,6 @@ static __attribute__((noinline)) void cleanup_slow(arena *a, uint64_t alloc_nr,
 
 static void cleanup(cm__pool *p, uint64_t alloc_nr, bool explicit_cleanup, uint64_t serving) {
   arena *a = AR(p);
-  a->alloc_nr = alloc_nr;
   if (explicit_cleanup || alloc_nr - a->last_trim >= a->period)
     cleanup_slow(a, alloc_nr, explicit_cleanup, serving);
   p->next_cleanup = a->period == UINT64_MAX ? UINT64_MAX : a->last_trim + a->period;
@@ -781,7 +619,7 @@ static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
 
 static void destroy(cm__pool *p) {
   arena *a = AR(p);
-  a->st->dry_bytes -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
+  *a->base.ctx.dry_ledger -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
   for (uint32_t i = 0; i < a->nregs; i++) {
     region *r = a->regs[i];
     if (!r) continue;
@@ -846,6 +684,8 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
   a->base.opts = *o;
   a->base.opts.kind = CM_POOL_ARENA;
   a->base.alignment = ctx->alignment ? ctx->alignment : 1;
+  /* accept's bound (max_alloc_size + 1 wraps to 0 at UINT64_MAX: asked) */
+  a->base.accept_below = o->max_alloc_size ? o->max_alloc_size + 1 : UINT64_MAX;
   a->st = ctx->storage;
   uint64_t g = cm__storage_vm_granularity(a->st);
   if (g && (g & (g - 1)) == 0) {
@@ -853,10 +693,9 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
     a->gran = g;
     a->gshift = (unsigned)__builtin_ctzll(g);
     /* the largest physical object, in granules (0 = OBJECT_MAX_DEFAULT) */
-    a->oauto = o->max_object_size == CM_OBJECT_AUTO;
-    uint64_t om = a->oauto ? 1 : o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
-    om = (om + g - 1) >> a->gshift;
-    a->omax = a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
+    uint64_t om = o->max_object_size ? o->max_object_size : OBJECT_MAX_DEFAULT;
+    om = (om >> a->gshift) + ((om & (g - 1)) != 0); /* rounded up, without overflow */
+    a->ocfg = om == 0 ? 1 : om > UINT32_MAX ? UINT32_MAX : om;
     a->owned = o->max_object_size == 0;
     a->keep = o->has_release_threshold ? o->release_threshold >> a->gshift : UINT64_MAX;
     uint64_t free_b = 0, total = 0;
@@ -864,7 +703,6 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
       uint64_t n = (total >> OBJECT_ROOM_SHIFT) >> a->gshift;
       a->room_omax = n < UINT32_MAX ? n : UINT32_MAX;
     }
-    objects_default(a);
   }
   a->period = o->has_dealloc_period ? o->dealloc_period : DEFAULT_PERIOD;
   if (a->period == 0) a->period = UINT64_MAX;

@@ -3,8 +3,7 @@
  *
  * One arena pool (pool_arena.c) serves every size, zero included: with a
  * virtual-memory storage it maps granules only where live data is, so its
- * reserved bytes track the live bytes closely on every measured trace (see
- * bench/results/perf.md); without VM it grows by segments. No cap, no size
+ * reserved bytes follow the live bytes; without VM it grows by segments. No cap, no size
  * limit, the arena's default trim period.
  * Exports: cm__preset_default (layout.h).
  */

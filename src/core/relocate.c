@@ -21,24 +21,15 @@
  * No replanning: a relocation that moved nothing records the pools' shape
  * (reserved bytes, pages, outdated pages, guards); a trigger that finds the
  * same shape plans nothing.
+ * Boundary: the manager checks the call and drains the freed inbox first
+ * (manager.c, cm_manager_relocate); this file calls nothing in manager.c
+ * (manager_internal.h's inline helpers only).
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/manager_internal.h"
-
-int cm__moves_push(cm__moves *mv, cm__slice *src, cm__slice *dst) {
-  if (mv->n == mv->cap) {
-    size_t nc = mv->cap ? mv->cap * 2 : 64;
-    cm__move *nv = realloc(mv->v, nc * sizeof *nv);
-    if (!nv) return CM_ENOMEM;
-    mv->v = nv;
-    mv->cap = nc;
-  }
-  mv->v[mv->n++] = (cm__move){src, dst};
-  return CM_OK;
-}
 
 /* A mix of what makes the pools' shape: reserved bytes, pages (outdated
  * ones included) and guards. */
@@ -156,17 +147,6 @@ int cm__relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_stats_t 
                  cm_diag_t *diag) {
   cm_relocate_stats_t st;
   memset(&st, 0, sizeof st);
-  if (out) *out = st;
-  if ((unsigned)why > CM_RELOCATE_CAPTURE)
-    return cm__diag_set(diag, CM_EINVAL, "unknown relocation reason %d", (int)why);
-  if (m->capturing || m->dry_runs)
-    return cm__diag_set(diag, CM_EBUSY,
-                        "relocation does not run while a graph capture or a dry run is open");
-  if (!cm_storage_can_copy(m->storage))
-    return cm__diag_set(diag, CM_ENOTSUP,
-                        "the %s storage cannot copy device memory, so nothing can be relocated",
-                        cm_storage_name(m->storage));
-  cm__manager_drain(m);
   int rc = relocate_run(m, why, &st, diag);
   stats_add(&m->reloc, &st);
   if (out) *out = st;
@@ -175,19 +155,4 @@ int cm__relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_stats_t 
                      "[%s] Relocated %" PRIu64 " allocations, %" PRIu64 " bytes copied",
                      m->name, st.moves, st.bytes_copied);
   return rc;
-}
-
-int cm_manager_relocate(cm_manager_t *m, cm_relocate_reason_t why, cm_relocate_stats_t *out,
-                        cm_diag_t *diag) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!m) return cm__diag_set(diag, CM_EINVAL, "manager is NULL");
-  int rc = cm__relocate(m, why, out, diag);
-  if (__builtin_expect(m->debug_checks, 0)) cm__manager_debug_check(m, "cm_manager_relocate");
-  return rc;
-}
-
-void cm_manager_relocate_totals(const cm_manager_t *m, cm_relocate_stats_t *out) {
-  if (!out) return;
-  memset(out, 0, sizeof *out);
-  if (m) *out = m->reloc;
 }

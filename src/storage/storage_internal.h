@@ -11,10 +11,6 @@ struct cm_storage {
   void *ctx;
   bool timing; /* measure time_ns */
   uint64_t unflushed; /* dealloc/unmap calls since the last backend flush */
-  /* Bytes dry runs counted on this storage without asking it for them (the
-   * pools' virtual granules and lazy segments): what a dry run adds to the
-   * backend's used memory when it checks the device's limit. */
-  uint64_t dry_bytes;
   _Atomic uint64_t allocs, deallocs, failed, maps, unmaps, bytes_held, bytes_held_peak,
       vm_reserved, flushes, gets, time_ns;
   _Atomic uint64_t creates, map_calls, unmap_calls, releases, set_access, reserves,
@@ -26,6 +22,10 @@ struct cm_storage {
 /* Poison or unpoison bytes through the backend's optional poison op (no-op
  * without one). */
 void cm__storage_poison(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, bool poison);
+/* Bytes the storage holds now (allocations and mapped memory), read-only. */
+static inline uint64_t cm__storage_held(const cm_storage_t *s) {
+  return atomic_load_explicit(&s->bytes_held, memory_order_relaxed);
+}
 /* Deferred releases (dealloc / unmap) not flushed to the backend yet. */
 static inline uint64_t cm__storage_pending(const cm_storage_t *s) { return s->unflushed; }
 uint64_t cm__storage_vm_granularity(cm_storage_t *s);

@@ -75,9 +75,11 @@ check "and says NAME=SIZE" grep -q "is not NAME=SIZE" "$TMP/g.err"
 "$CM" fit --no-progress --pools 'arena:object=8MiB' "$EX" >/dev/null 2>&1
 rc=$?
 check "the arena's object= key is accepted on the command line" test $rc -eq 0
-out=$("$CM" replay --no-progress --pools 'arena:object=auto' "$EX" 2>&1)
+out=$("$CM" replay --no-progress --pools 'arena:object=8MiB' "$EX" 2>&1)
 rc=$?
-check "object=auto replays and is named in the report" test $rc -eq 0 -a -n "$(grep 'arena:object=auto' <<<"$out")"
+check "object=8MiB replays and is named in the report" test $rc -eq 0 -a -n "$(grep 'arena:object=8MiB' <<<"$out")"
+"$CM" replay --no-progress --pools 'arena:object=auto' "$EX" >/dev/null 2>&1
+check "object= takes a size only (auto is refused, exit 2)" test $? -eq 2
 "$CM" fit >/dev/null 2>&1; check "no trace exits 2" test $? -eq 2
 "$CM" fit --grid 0 "$EX" >/dev/null 2>&1; check "--grid 0 exits 2" test $? -eq 2
 "$CM" fit --alignment 384 "$EX" >/dev/null 2>&1; check "--alignment not a power of two exits 2" test $? -eq 2

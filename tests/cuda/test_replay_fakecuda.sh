@@ -2,7 +2,7 @@
 # test_replay_fakecuda.sh BUILD_DIR SOURCE_DIR SHARED_DIR - replay real traces
 # through `cubemem replay --device cuda | cuda:sync | cuda:async` on the
 # strict fake driver (libfakecuda.so), every layout (default, subslices,
-# exclusive-pages, arena:object=auto), and check, for every (trace, layout, device):
+# exclusive-pages, arena:object=8MiB), and check, for every (trace, layout, device):
 #   - no failed reservation,
 #   - peak reserved within 1% of `--device sim` (same capacity, same granule),
 #   - the driver saw no violation and holds nothing after the run
@@ -28,7 +28,7 @@ if [[ -d $SHARED/traces ]]; then
 else
   echo "note: $SHARED/traces is absent; replaying only the bundled trace"
 fi
-LAYOUTS=(--pools default --pools subslices --pools exclusive-pages --pools arena:object=auto)
+LAYOUTS=(--pools default --pools subslices --pools exclusive-pages --pools arena:object=8MiB)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cm-fakecuda.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 CAP=80G

@@ -12,7 +12,7 @@
  * overlap and the usage must equal the model's), placement (best fit, low
  * addresses, determinism), mapping (reserved = mapped granules, unmapping of
  * free memory, hysteresis: a steady loop maps nothing after its first
- * iteration), physical objects (CM_OBJECT_AUTO), caps, zero-byte and
+ * iteration), physical objects, caps, zero-byte and
  * size-limited requests, storage failures leaving the manager unchanged,
  * segment release, and the default preset itself. Dry runs are in
  * test_arena_dry.c; the helpers in tests/harness/cm_arena_fixture.h.
@@ -326,47 +326,6 @@ static void vm_growth_batches_maps(void) {
   for (int i = 0; i < 2000; i++) cm_handle_release(h[i]);
   CHECK_CLEAN(m);
   cm_manager_destroy(m);
-}
-
-/* CM_OBJECT_AUTO: whole runs as one object while the device stays more than
- * half free after the map, one object per granule beyond that and when the
- * device refuses memory; every object still follows the driver's rules. */
-static void vm_auto_objects(void) {
-  cm_pool_options_t o = arena();
-  o.max_object_size = CM_OBJECT_AUTO;
-  cm_manager_t *m = mk(sim(256 * MiB, true, 0), &o, 1); /* 2 MiB granules */
-  ASSERT(m != NULL);
-  cm_handle_t a = res(m, 40 * MiB); /* 216 MiB stay free: one object */
-  EXPECT_EQ(stats(m).creates, 1);
-  EXPECT_EQ(held(m), 40 * MiB);
-  cm_handle_t s = res(m, 4 * MiB); /* grows to the next 20 MiB step, one object */
-  EXPECT_EQ(stats(m).creates, 2);
-  EXPECT_EQ(held(m), 60 * MiB);
-  cm_handle_release(s);
-  cm_handle_t b = res(m, 100 * MiB); /* under half would stay free: per granule */
-  EXPECT_GE(stats(m).creates, 2 + 40);
-  CHECK_CLEAN(m);
-  /* near the capacity: the free 40 MiB object goes back whole for a request
-   * that needs all but 16 MiB of the device */
-  cm_handle_release(a);
-  cm_handle_t c = res(m, 140 * MiB);
-  EXPECT_GE(stats(m).releases, 1);
-  EXPECT_LE(held(m), 256 * MiB);
-  EXPECT_EQ(stats(m).violations, 0);
-  CHECK_CLEAN(m);
-  cm_handle_release(b);
-  cm_handle_release(c);
-  cm_manager_destroy(m);
-
-  /* the same request with objects of one granule at most */
-  cm_pool_options_t o1 = arena();
-  o1.max_object_size = 2 * MiB;
-  cm_manager_t *g = mk(sim(256 * MiB, true, 0), &o1, 1);
-  ASSERT(g != NULL);
-  cm_handle_t x = res(g, 40 * MiB);
-  EXPECT_EQ(stats(g).creates, 20);
-  cm_handle_release(x);
-  cm_manager_destroy(g);
 }
 
 /* The default object size: a block of whole granules on a granule boundary
@@ -723,7 +682,6 @@ int main(void) {
   CM_RUN(vm_unmaps_before_growing);
   CM_RUN(vm_steady_loop_maps_once);
   CM_RUN(vm_growth_batches_maps);
-  CM_RUN(vm_auto_objects);
   CM_RUN(vm_default_objects);
   CM_RUN(vm_default_holds_while_room);
   CM_RUN(vm_release_threshold);

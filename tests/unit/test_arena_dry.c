@@ -2,8 +2,8 @@
  * test_arena_dry.c - lazy reservations in the arena (spec section 6),
  * through the public manager API: a dry run of the default layout counts,
  * trims and places exactly as an eager run of the same sequence without a
- * storage call (CM_OBJECT_AUTO included: it decides room as the eager run
- * does); get_storage backs a slice; eager memory placed on what a dry run
+ * storage call (the default's room-dependent objects included: it decides
+ * room as the eager run does); get_storage backs a slice; eager memory placed on what a dry run
  * counted is backed; segments are counted whole and allocated when first
  * needed. Helpers: tests/harness/cm_arena_fixture.h.
  * Exports: main (the test runner).
@@ -174,8 +174,8 @@ static void vm_dry_run_after_eager(void) {
   cm_handle_release(c);
 }
 
-/* Object sizes that depend on the device's free memory (CM_OBJECT_AUTO, and
- * the default's objects of whole granules) under a dry run: what it counted
+/* Object sizes that depend on the device's free memory (the default's
+ * objects of whole granules) under a dry run: what it counted
  * without mapping is taken off the device's free memory, so it decides room,
  * places and counts exactly as an eager run of the same sequence. */
 static void room_dry_run_like_eager(uint64_t max_object_size) {
@@ -235,7 +235,6 @@ static void room_dry_run_like_eager(uint64_t max_object_size) {
   cm_manager_destroy(single);
 }
 
-static void vm_auto_dry_run_like_eager(void) { room_dry_run_like_eager(CM_OBJECT_AUTO); }
 static void vm_default_dry_run_like_eager(void) { room_dry_run_like_eager(0); }
 
 /* Segments (no VM): a dry run counts whole segments without allocating them. */
@@ -313,7 +312,6 @@ int main(void) {
   CM_RUN(vm_lazy_dry_run);
   CM_RUN(vm_dry_run_counts_like_eager);
   CM_RUN(vm_dry_run_after_eager);
-  CM_RUN(vm_auto_dry_run_like_eager);
   CM_RUN(vm_default_dry_run_like_eager);
   CM_RUN(segments_dry_run);
   return cm_test_finish();

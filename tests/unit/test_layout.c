@@ -291,16 +291,15 @@ static void parse_syntax(void) {
   ASSERT_EQ(n, 1);
   EXPECT(out[0].has_reclaim_at);
   EXPECT_EQ(out[0].reclaim_at, 1 * GiB);
-  ASSERT_OK(cm_pools_parse("arena:object=auto;arena:object=8MiB", D, out, 8, &n, &diag));
-  ASSERT_EQ(n, 2);
-  EXPECT_EQ(out[0].max_object_size, CM_OBJECT_AUTO);
-  EXPECT_EQ(out[1].max_object_size, 8 * MiB);
+  ASSERT_OK(cm_pools_parse("arena:object=8MiB", D, out, 8, &n, &diag));
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(out[0].max_object_size, 8 * MiB);
   {
     char text[256];
     cm_pools_format(out, n, text, sizeof text);
-    EXPECT_CONTAINS(text, "object=auto");
     EXPECT_CONTAINS(text, "object=8MiB");
   }
+  EXPECT_STATUS(cm_pools_parse("arena:object=auto", D, out, 8, &n, &diag), CM_EPARSE);
   EXPECT_STATUS(cm_pools_parse("arena:object=automatic", D, out, 8, &n, &diag), CM_EPARSE);
   ASSERT_OK(cm_pools_parse("sliced:page=1TiB,cap=2TiB;exclusive:max=100B", D, out, 8, &n, &diag));
   EXPECT_EQ(out[0].page_size, 1024 * GiB);

@@ -171,7 +171,7 @@ static uint64_t replay_strict(const cm_trace_t *t, const char *layout, uint64_t 
   return failed;
 }
 
-static const char *const k_layouts[] = {"default", "subslices", "exclusive-pages", "arena:object=8MiB", "arena:object=auto",
+static const char *const k_layouts[] = {"default", "subslices", "exclusive-pages", "arena:object=8MiB",
                                         "sliced:page=64MiB;exclusive:max=1GiB;direct"};
 
 static void replays_follow_the_rules(void) {
