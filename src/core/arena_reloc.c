@@ -22,6 +22,11 @@
  * the live data packs downwards. Targets use only held room (mapped
  * granules): the arena never grows for a relocation. Segments (no VM) do
  * not relocate.
+ * Under memory pressure the plan is, in order, the first that moves
+ * anything: freeing objects (a block that alone holds a physical object
+ * moves where that frees granules net, into held room or granules the
+ * device has room for), packing (a run of blocks to the free tail), the
+ * compaction above.
  */
 #include "core/arena.h"
 
