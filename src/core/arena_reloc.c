@@ -22,6 +22,11 @@
  * the live data packs downwards. Targets use only held room (mapped
  * granules): the arena never grows for a relocation. Segments (no VM) do
  * not relocate.
+ * Under memory pressure the plan is, in order, the first that moves
+ * anything: freeing objects (a block that alone holds a physical object
+ * moves where that frees granules net, into held room or granules the
+ * device has room for), packing (a run of blocks to the free tail), the
+ * compaction above.
  */
 #include "core/arena.h"
 
@@ -175,6 +180,200 @@ static int compact_region(plan_ctx *c, uint32_t ri, cm__moves *out) {
   return rc;
 }
 
+/* ---- freeing objects (memory pressure, first) ---------------------------------------- */
+
+/* Physical objects go back only whole. Under pressure, before packing, single
+ * blocks move when the objects they alone hold outweigh what their targets
+ * take: a target may lie in held room anywhere but on the block itself (in
+ * the block's own unit too: a block moved within an object frees the other
+ * objects it spanned), or on unmapped granules the device still has room
+ * for. Each run moves small blocks first; the room they free lets a later
+ * run move larger ones (the manager relocates again until the request
+ * fits). */
+
+typedef struct omove {
+  uint32_t *users; /* [object start]: used blocks touching it (planned moves' sources left out) */
+  uint64_t room;   /* unmapped granules targets may still map */
+  uint64_t top;    /* the region's top when planning began (the components' extent) */
+} omove;
+
+/* Add d to the users of every object that range [off, off+span) of r
+ * touches. */
+static void objects_touch(const arena *a, const region *r, uint32_t *users, uint64_t off,
+                          uint64_t span, int d) {
+  uint64_t g = off >> a->gshift, g1 = (off + span - 1) >> a->gshift;
+  while (g <= g1) {
+    if (!bit(r->mapped, g)) {
+      g++;
+      continue;
+    }
+    uint32_t o = r->ostart[g];
+    users[o] = (uint32_t)((int64_t)users[o] + d);
+    g = (uint64_t)o + r->olen[o];
+  }
+}
+
+/* Granules of the objects block b alone holds. */
+static uint64_t alone_granules(const arena *a, const region *r, const uint32_t *users,
+                               const ablk *b) {
+  uint64_t n = 0, g = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+  while (g <= g1) {
+    uint32_t o = r->ostart[g];
+    if (users[o] == 1) n += r->olen[o];
+    g = (uint64_t)o + r->olen[o];
+  }
+  return n;
+}
+
+/* Net granules freed by moving b (region r) to [o, o+s) of the same region,
+ * or INT64_MIN when the target may not lie there; *map: unmapped granules
+ * the target needs. */
+static int64_t move_net(const plan_ctx *c, const omove *m, uint32_t ri, const ablk *b, uint64_t o,
+                        uint64_t s, uint64_t *map) {
+  const arena *a = c->a;
+  const region *r = b->rg;
+  const uint32_t *users = m->users;
+  int64_t net = (int64_t)alone_granules(a, r, users, b);
+  uint64_t g = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
+  uint64_t b0 = b->s.offset >> a->gshift, b1 = (b->s.offset + b->s.span - 1) >> a->gshift;
+  *map = 0;
+  while (g <= g1) {
+    if (!bit(r->mapped, g)) {
+      (*map)++;
+      net--;
+      g++;
+      continue;
+    }
+    if (g < m->top && !target_ok(c, r, ri, g)) return INT64_MIN; /* above: mapped for a target */
+    uint32_t o2 = r->ostart[g];
+    bool mine = users[o2] == 1 && o2 + r->olen[o2] > b0 && o2 <= b1;
+    if (users[o2] == 0 || mine) net -= r->olen[o2]; /* kept now, or no longer freed */
+    g = (uint64_t)o2 + r->olen[o2];
+  }
+  return net;
+}
+
+/* The best target for block b of region ri within free block f: the low
+ * end, the first granule boundary, or the high end; net gain into *net. */
+static uint64_t best_in(const plan_ctx *c, const omove *m, uint32_t ri, const ablk *b,
+                        const ablk *f, int64_t *net, uint64_t *map) {
+  const arena *a = c->a;
+  uint64_t s = b->s.span, lo = f->s.offset, end = f->s.offset + f->s.span, best = UINT64_MAX;
+  uint64_t al = (lo + a->gran - 1) & ~(a->gran - 1);
+  uint64_t cand[3] = {lo, al, end - s};
+  *net = INT64_MIN;
+  for (int k = 0; k < 3; k++) {
+    uint64_t o = cand[k], mp = 0;
+    if (o < lo || o + s > end) continue;
+    int64_t n = move_net(c, m, ri, b, o, s, &mp);
+    if (n == INT64_MIN || mp > m->room || n <= *net) continue;
+    *net = n;
+    *map = mp;
+    best = o;
+  }
+  return best;
+}
+
+/* Move block b of region ri to the target that frees the most granules net
+ * (ties: the lowest), among the first TARGET_SCAN free blocks of the
+ * region from b's bin upward; nothing when none frees any. */
+static int move_one(plan_ctx *c, omove *m, uint32_t ri, ablk *b, cm__moves *out) {
+  arena *a = c->a;
+  region *r = a->regs[ri];
+  ablk *bf = NULL;
+  uint64_t bo = 0, bmap = 0;
+  int64_t bnet = 0;
+  int seen = 0;
+  for (uint32_t i = bin_of(b->s.span); i < NBINS && seen < TARGET_SCAN; i = next_bin(a, i)) {
+    for (ablk *f = a->heads[i]; f && seen < TARGET_SCAN; f = f->fnext, seen++) {
+      if (f->region != ri || f->s.span < b->s.span) continue;
+      int64_t net;
+      uint64_t mp = 0, o = best_in(c, m, ri, b, f, &net, &mp);
+      if (o == UINT64_MAX || net <= 0 || net < bnet || (net == bnet && bf && o >= bo)) continue;
+      bf = f;
+      bo = o;
+      bnet = net;
+      bmap = mp;
+    }
+  }
+  if (!bf) return CM_OK;
+  uint64_t g0 = bo >> a->gshift, g1 = (bo + b->s.span - 1) >> a->gshift;
+  if (bmap && cm__arena_map_range(a, r, g0, g1, false, false, NULL) != CM_OK) return CM_OK;
+  m->room -= bmap;
+  ablk *t = cm__arena_place_at(a, bf, b->s.span, bo);
+  objects_touch(a, r, m->users, t->s.offset, t->s.span, 1);
+  objects_touch(a, r, m->users, b->s.offset, b->s.span, -1);
+  int rc = cm__moves_push(out, &b->s, &t->s);
+  if (rc != CM_OK) a->base.vt->on_free(&a->base, &t->s);
+  return rc;
+}
+
+static int by_span(const void *x, const void *y) {
+  const ablk *p = *(ablk *const *)x, *q = *(ablk *const *)y;
+  if (p->s.span != q->s.span) return p->s.span < q->s.span ? -1 : 1;
+  return p->s.offset < q->s.offset ? -1 : p->s.offset > q->s.offset;
+}
+
+/* The movable blocks of region ri that alone hold an object, smallest
+ * first. */
+static int alone_blocks(const plan_ctx *c, uint32_t ri, const uint32_t *users, ablk ***out,
+                        size_t *n) {
+  const arena *a = c->a;
+  const region *r = a->regs[ri];
+  size_t cap = 0;
+  *out = NULL;
+  *n = 0;
+  for (ablk *b = r->first; b; b = b->next) {
+    uint64_t g0 = b->s.offset >> a->gshift;
+    if (b->free || g0 >= r->top || !movable(a, r, b)) continue;
+    if (c->flags[ri][c->comp[ri][g0]] & F_BLOCKED) continue;
+    if (!alone_granules(a, r, users, b)) continue;
+    if (*n == cap) {
+      size_t nc = cap ? cap * 2 : 64;
+      ablk **nv = realloc(*out, nc * sizeof *nv);
+      if (!nv) return CM_ENOMEM;
+      *out = nv;
+      cap = nc;
+    }
+    (*out)[(*n)++] = b;
+  }
+  if (*n) qsort(*out, *n, sizeof **out, by_span);
+  return CM_OK;
+}
+
+/* Region ri: each block that alone holds an object, smallest first, moves
+ * where that frees granules net. */
+static int free_objects_in(plan_ctx *c, omove *m, uint32_t ri, cm__moves *out) {
+  arena *a = c->a;
+  region *r = a->regs[ri];
+  m->users = calloc(r->ngran, sizeof *m->users); /* targets may map above top */
+  m->top = r->top;
+  if (!m->users) return CM_ENOMEM;
+  for (ablk *b = r->first; b; b = b->next)
+    if (!b->free && (b->s.offset >> a->gshift) < r->top)
+      objects_touch(a, r, m->users, b->s.offset, b->s.span, 1);
+  ablk **v = NULL;
+  size_t n = 0;
+  int rc = alone_blocks(c, ri, m->users, &v, &n);
+  for (size_t k = 0; k < n && rc == CM_OK; k++)
+    if (alone_granules(a, r, m->users, v[k])) rc = move_one(c, m, ri, v[k], out);
+  free(v);
+  free(m->users);
+  m->users = NULL;
+  return rc;
+}
+
+static uint64_t room_granules(const arena *a);
+
+static int free_objects(plan_ctx *c, cm__moves *out) {
+  arena *a = c->a;
+  omove m = {NULL, room_granules(a), 0};
+  int rc = CM_OK;
+  for (uint32_t ri = 0; ri < a->nregs && rc == CM_OK; ri++)
+    if (c->comp[ri] && a->regs[ri]->vm) rc = free_objects_in(c, &m, ri, out);
+  return rc;
+}
+
 /* ---- packing (memory pressure) ----------------------------------------------------- */
 
 /* A used block in address order, and the free room around it. */
@@ -250,9 +449,10 @@ static void window_at(const arena *a, const region *r, const ablk *t, const uref
   uint64_t bytes = 0, need = 0;
   size_t j = i;
   for (; j < n && v[j].movable && !v[j].taken; j++) {
-    uint64_t nd = tail_need(a, r, t, bytes + v[j].b->s.span);
+    uint64_t ext = bytes + v[j].b->s.span;
+    uint64_t nd = tail_need(a, r, t, ext);
     if (nd > room) break;
-    bytes += v[j].b->s.span;
+    bytes = ext;
     need = nd;
   }
   if (j == i) return;
@@ -335,9 +535,10 @@ static int pack_place(plan_ctx *c, region *r, uint32_t ri, uref *v, const window
       if (rc != CM_OK) return rc;
       continue;
     }
-    if (!fb || fb->s.offset > o || fb->s.offset + fb->s.span < o + b->s.span)
+    uint64_t at = o;
+    if (!fb || fb->s.offset > at || fb->s.offset + fb->s.span < at + b->s.span)
       return CM_EBUSY; /* cannot happen: the tail holds them all */
-    t = cm__arena_place_at(a, fb, b->s.span, o);
+    t = cm__arena_place_at(a, fb, b->s.span, at);
     o = t->s.offset + t->s.span;
     fb = t->next && t->next->free ? t->next : NULL; /* the free rest, if any */
     int rc = cm__moves_push(out, &b->s, &t->s);
@@ -398,6 +599,7 @@ static int pack(plan_ctx *c, cm__moves *out) {
   return rc;
 }
 
+
 static int plan_run(plan_ctx *c, cm__moves *out) {
   arena *a = c->a;
   for (uint32_t ri = 0; ri < a->nregs; ri++) {
@@ -406,9 +608,11 @@ static int plan_run(plan_ctx *c, cm__moves *out) {
     int rc = components(c, ri);
     if (rc != CM_OK) return rc;
   }
-  if (!c->sparse_only) { /* memory pressure: pack into fresh granules first */
+  if (!c->sparse_only) { /* memory pressure: free objects, else pack into fresh granules */
     size_t before = out->n;
-    int rc = pack(c, out);
+    int rc = free_objects(c, out);
+    if (rc != CM_OK || out->n > before) return rc;
+    rc = pack(c, out);
     if (rc != CM_OK || out->n > before) return rc;
   }
   int rc = CM_OK;

@@ -11,7 +11,8 @@
  * fails (every allocation keeps its bytes and its place); guards (a raw
  * address handed out holds its block and granule until unguarded); no
  * replanning until the shape changes; the triggers: explicit cleanup,
- * memory pressure (a refused map), capture start.
+ * memory pressure (a refused map), capture start; under pressure, a block
+ * moves within the free room of its own physical object to free another.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,23 +81,28 @@ static void sim_copy_refuses_unmapped(void) {
 
 /* ---- relocation on host memory ---------------------------------------------------- */
 
-static cm_manager_t *host_manager(cm_storage_t *st, bool relocate) {
+/* The default arena with objects of up to `object` bytes (whole granules). */
+static cm_manager_t *arena_manager(cm_storage_t *st, bool relocate, uint64_t object) {
   cm_manager_config_t cfg;
   cm_manager_config_init(&cfg);
   cfg.props.alignment = 256;
   cfg.props.max_page_size = 64ull << 20;
   cfg.relocate = relocate;
-  /* the default arena, with objects of one granule (as near the capacity of
-   * a device), so that each granule can go back on its own */
   cm_pool_options_t arena;
   memset(&arena, 0, sizeof arena);
   arena.kind = CM_POOL_ARENA;
-  arena.max_object_size = 1;
+  arena.max_object_size = object;
   cfg.pools = &arena;
   cfg.pool_count = 1;
   cm_manager_t *m = NULL;
   if (cm_manager_create(st, &cfg, &m, NULL) != CM_OK) return NULL;
   return m;
+}
+
+/* ... with objects of one granule (as near the capacity of a device), so
+ * that each granule can go back on its own. */
+static cm_manager_t *host_manager(cm_storage_t *st, bool relocate) {
+  return arena_manager(st, relocate, 1);
 }
 
 /* Write pattern i into handle h (then drop the guard get_resource took). */
@@ -359,6 +365,58 @@ static void pressure_triggers(void) {
   }
 }
 
+/* Physical objects go back only whole. On a simulated device of 10
+ * granules, with objects of up to 4 granules: E (2 granules) spans the
+ * last granule of object [0, 4) and the first of object [4, 8), which
+ * nothing else uses; a guarded granule at 8 ends the used range, so the
+ * device's one free granule is all the tail has. A request of 4 granules
+ * fails unless E moves into the free room of its own first object, which
+ * frees [4, 8): a packing into fresh granules cannot take E (2 > 1), and a
+ * compaction strictly below it finds nothing. */
+static void pressure_frees_an_object(void) {
+  for (int on = 0; on < 2; on++) {
+    uint64_t G = 2ull << 20;
+    cm_storage_t *st = NULL;
+    ASSERT_OK(cm_storage_sim_create(10 * G, true, 0, &st));
+    cm_manager_t *m = arena_manager(st, on == 1, 4 * G);
+    ASSERT(m != NULL);
+    cm_handle_t a, b, c, e, l, big = {NULL};
+    ASSERT_OK(cm_manager_reserve(m, 4 * G, &a, NULL)); /* object [0, 4) */
+    ASSERT_OK(cm_manager_reserve(m, 4 * G, &b, NULL)); /* object [4, 8) */
+    ASSERT_OK(cm_manager_reserve(m, G, &l, NULL));     /* granule 8 */
+    cm_resource_t res;
+    cm_binding_t lb = cm_handle_binding(l);
+    ASSERT_OK(cm_manager_get_resource(m, lb, 0, 0, &res, NULL)); /* guarded: stays */
+    cm_handle_release(a);
+    cm_handle_release(b);
+    ASSERT_OK(cm_manager_reserve(m, 3 * G, &c, NULL));
+    ASSERT_OK(cm_manager_reserve(m, 2 * G, &e, NULL));
+    EXPECT_EQ(where(m, e) % 0x100000000ull, 3 * G);
+    cm_handle_release(c);
+    int rc = cm_manager_reserve(m, 4 * G, &big, NULL);
+    cm_relocate_stats_t tot;
+    cm_manager_relocate_totals(m, &tot);
+    if (on) {
+      EXPECT_OK(rc);
+      EXPECT_EQ(tot.moves, 1);
+      EXPECT_EQ(tot.bytes_copied, 2 * G);
+      EXPECT_EQ(where(m, e) % 0x100000000ull, 0); /* into its own first object */
+      cm_usage_t u;
+      cm_manager_usage(m, &u);
+      EXPECT_LE(u.bytes_reserved, 9 * G);
+    } else {
+      EXPECT_STATUS(rc, CM_EOOM);
+    }
+    EXPECT_EQ(cm_manager_check(m, NULL), 0);
+    cm_handle_release(big);
+    cm_handle_release(e);
+    ASSERT_OK(cm_manager_unguard(m, lb, NULL));
+    cm_binding_release(lb);
+    cm_handle_release(l);
+    cm_manager_destroy(m);
+  }
+}
+
 /* A storage without copy support: relocation refuses, nothing changes. */
 static int nocopy_alloc(void *c, uint64_t size, uint64_t *id, cm_diag_t *d) {
   (void)c;
@@ -570,6 +628,7 @@ int main(void) {
   CM_RUN(explicit_cleanup_triggers);
   CM_RUN(capture_start_triggers);
   CM_RUN(pressure_triggers);
+  CM_RUN(pressure_frees_an_object);
   CM_RUN(no_copy_support_refuses);
   CM_RUN(adaptive_outdated_pages_go_back);
   CM_RUN(adaptive_guard_holds_page);
