@@ -487,13 +487,10 @@ static inline void node_cover(ablk *n, const ablk *b, uint64_t off, uint64_t spa
 
 static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off);
 
-/* Carve span s from the low end of free block b (in the bins), or at
- * place_off's granule boundary (place_inside). The used part gets a
- * (recycled) node; the free rest keeps b's node and its bin position when
- * its bin does not change. */
-static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
-  uint64_t off = place_off(a, b, s);
-  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
+/* Carve span s from the low end of free block b (in the bins): the used part
+ * gets a (recycled) node; the free rest keeps b's node and its bin position
+ * when its bin does not change. */
+static inline __attribute__((always_inline)) ablk *place_low(arena *a, ablk *b, uint64_t s) {
   region *r = b->rg;
   ablk *u = b->s.span > s ? node_get(a) : NULL;
   if (u) {
@@ -515,6 +512,14 @@ static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint
   else r->idle_since = 0;
   u->s.mapped = 1;
   return u;
+}
+
+/* Carve span s from the low end of free block b, or at place_off's granule
+ * boundary (place_inside). */
+static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
+  uint64_t off = place_off(a, b, s);
+  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
+  return place_low(a, b, s);
 }
 
 /* Place span s at offset `off` inside free block b (VM region, off above b's
@@ -562,30 +567,8 @@ static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, u
  * returns the used block (mapped, counted in the granules, not in usage). */
 static __attribute__((unused)) ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
   if (off != b->s.offset) return place_inside(a, b, s, off);
-  if (place_off(a, b, s) == off) return place(a, b, s);
-  /* place would move a granule-multiple span up to a boundary: carve the
-   * low end here instead, as place does for other spans */
-  region *r = b->rg;
-  ablk *u = b->s.span > s ? node_get(a) : NULL;
-  if (!u) {
-    bin_remove(a, b);
-    used_add(a, r, b->s.offset, b->s.span);
-    b->s.mapped = 1;
-    return b;
-  }
-  node_cover(u, b, b->s.offset, s);
-  u->free = 0;
-  u->prev = b->prev;
-  u->next = b;
-  if (b->prev) b->prev->next = u;
-  else r->first = u;
-  b->prev = u;
-  b->s.offset += s;
-  b->s.span -= s;
-  rebin(a, b);
-  used_add(a, r, u->s.offset, u->s.span);
-  u->s.mapped = 1;
-  return u;
+  return place_low(a, b, s); /* at the low end even where place would move a
+                                granule-multiple span up to a boundary */
 }
 
 /* ---- arena_map.c --------------------------------------------------------------------- */
