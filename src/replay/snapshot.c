@@ -410,6 +410,16 @@ static int convert(const cm_pv_t *snap, const cm_snapshot_options_t *o, cm__sbuf
   return rc;
 }
 
+/* The pickle in buf, parsed (*doc to be freed with cm__pickle_free), or
+ * CM_EPARSE when it does not start as one. */
+static int open_pickle(const void *buf, size_t len, cm_pickle_t **doc, const cm_pv_t **root,
+                       cm_diag_t *diag) {
+  if (!cm_snapshot_detect(buf, len))
+    return cm__diag_set(diag, CM_EPARSE,
+                        "not a pickle (a snapshot starts with the PROTO opcode, protocol 2 to 5)");
+  return cm__pickle_parse(buf, len, doc, root, diag);
+}
+
 int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t *opts, char **csv,
                        size_t *csv_len, cm_snapshot_info_t *info, cm_diag_t *diag) {
   if (!csv || !csv_len || (!buf && len))
@@ -421,12 +431,9 @@ int cm_snapshot_to_csv(const void *buf, size_t len, const cm_snapshot_options_t 
   if (!opts) opts = &def;
   cm_snapshot_info_t tmp;
   memset(&tmp, 0, sizeof tmp);
-  if (!cm_snapshot_detect(buf, len))
-    return cm__diag_set(diag, CM_EPARSE,
-                        "not a pickle (a snapshot starts with the PROTO opcode, protocol 2 to 5)");
   cm_pickle_t *doc = NULL;
   const cm_pv_t *root = NULL;
-  int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
+  int rc = open_pickle(buf, len, &doc, &root, diag);
   if (rc) return rc;
   cm__sbuf out = {0};
   rc = convert(root, opts, &out, &tmp, NULL, diag);
@@ -449,12 +456,9 @@ int cm_snapshot_start_state(const void *buf, size_t len, const cm_snapshot_optio
   cm_snapshot_options_t def;
   cm_snapshot_options_init(&def);
   if (!opts) opts = &def;
-  if (!cm_snapshot_detect(buf, len))
-    return cm__diag_set(diag, CM_EPARSE,
-                        "not a pickle (a snapshot starts with the PROTO opcode, protocol 2 to 5)");
   cm_pickle_t *doc = NULL;
   const cm_pv_t *root = NULL;
-  int rc = cm__pickle_parse(buf, len, &doc, &root, diag);
+  int rc = open_pickle(buf, len, &doc, &root, diag);
   if (rc) return rc;
   cm__sbuf text = {0};
   cm_snapshot_info_t info;
