@@ -1,11 +1,38 @@
 /* sbuf.c - the text appenders of every text output (sbuf.h).
- * Exports: cm__sb_printf, cm__sb_xml_text, cm__bprintf, cm__vbprintf,
+ * Exports: cm__sb_reserve, cm__sb_add, cm__sb_printf, cm__sb_xml_text, cm__bprintf, cm__vbprintf,
  * cm__utf8_char. */
 #include "base/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+bool cm__sb_reserve(cm__sbuf *b, size_t extra) {
+  if (extra > SIZE_MAX - b->n - 1) return false;
+  if (b->n + extra + 1 <= b->cap) return true;
+  size_t ncap = b->cap ? b->cap : 64;
+  while (ncap < b->n + extra + 1) {
+    if (ncap > SIZE_MAX / 2) {
+      ncap = b->n + extra + 1;
+      break;
+    }
+    ncap *= 2;
+  }
+  char *np = realloc(b->p, ncap);
+  if (!np) return false;
+  b->p = np;
+  b->cap = ncap;
+  return true;
+}
+
+bool cm__sb_add(cm__sbuf *b, const void *s, size_t n) {
+  if (!cm__sb_reserve(b, n)) return false;
+  if (n) memcpy(b->p + b->n, s, n);
+  b->n += n;
+  return true;
+}
 
 void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) {
   if (b->oom) return;

@@ -16,6 +16,13 @@ typedef struct cm__sbuf {
   bool oom;        /* an append ran out of host memory */
 } cm__sbuf;
 
+/* Make room for `extra` more bytes and a NUL (the byte appenders of the
+ * TOML reader): false, with nothing changed, when host memory runs out. */
+bool cm__sb_reserve(cm__sbuf *b, size_t extra);
+/* Append n bytes of s (not NUL-terminated; the text is not terminated
+ * either: cm__sb_reserve keeps room for a NUL). false when out of memory. */
+bool cm__sb_add(cm__sbuf *b, const void *s, size_t n);
+
 /* Append printf-formatted text. */
 void cm__sb_printf(cm__sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

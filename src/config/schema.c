@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/suggest.h"
 #include "base/util.h"
 #include "cubemem/config.h"
@@ -135,14 +136,11 @@ typedef struct {
 
 static void text_add(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void text_add(text_t *t, const char *fmt, ...) {
-  if (t->len >= sizeof t->buf - 1) return;
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
+  size_t n = cm__vbprintf(t->buf, sizeof t->buf, t->len, fmt, ap);
   va_end(ap);
-  if (n < 0) return;
-  t->len += (size_t)n;
-  if (t->len > sizeof t->buf - 1) t->len = sizeof t->buf - 1;
+  t->len = n < sizeof t->buf - 1 ? n : sizeof t->buf - 1;
 }
 
 static bool is_bare_key(const char *k, size_t n) {

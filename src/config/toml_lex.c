@@ -18,7 +18,7 @@
  * UTF-8 characters) through a forward-moving cache, so recording the position
  * of every key costs O(total input) overall.
  *
- * Exports (internal, toml_parser.h): cm__toml_sb_reserve, cm__toml_pos_of,
+ * Exports (internal, toml_parser.h): cm__toml_pos_of,
  * cm__toml_perr, cm__toml_what, cm__toml_validate, cm__toml_parse_key,
  * cm__toml_parse_scalar.
  */
@@ -33,32 +33,11 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-int cm__toml_sb_reserve(sbuf_t *b, size_t extra) {
-  if (extra > SIZE_MAX - b->len - 1) return CM_ENOMEM;
-  if (b->len + extra + 1 <= b->cap) return CM_OK;
-  size_t ncap = b->cap ? b->cap : 64;
-  while (ncap < b->len + extra + 1) {
-    if (ncap > SIZE_MAX / 2) {
-      ncap = b->len + extra + 1;
-      break;
-    }
-    ncap *= 2;
-  }
-  char *n = realloc(b->ptr, ncap);
-  if (!n) return CM_ENOMEM;
-  b->ptr = n;
-  b->cap = ncap;
-  return CM_OK;
+static int sb_add(cm__sbuf *b, const char *s, size_t n) {
+  return cm__sb_add(b, s, n) ? CM_OK : CM_ENOMEM;
 }
 
-static int sb_add(sbuf_t *b, const char *s, size_t n) {
-  if (cm__toml_sb_reserve(b, n) != CM_OK) return CM_ENOMEM;
-  if (n) memcpy(b->ptr + b->len, s, n);
-  b->len += n;
-  return CM_OK;
-}
-
-static int sb_addc(sbuf_t *b, char c) {
+static int sb_addc(cm__sbuf *b, char c) {
   return sb_add(b, &c, 1);
 }
 
@@ -179,7 +158,7 @@ static int hexval(int c) {
   return -1;
 }
 
-static int add_utf8(sbuf_t *b, uint32_t cp) {
+static int add_utf8(cm__sbuf *b, uint32_t cp) {
   char u[4];
   size_t n;
   if (cp < 0x80) {
@@ -205,7 +184,7 @@ static int add_utf8(sbuf_t *b, uint32_t cp) {
 }
 
 /* At a backslash inside a basic string: decode one escape into b. */
-static int parse_escape(parser_t *p, sbuf_t *b) {
+static int parse_escape(parser_t *p, cm__sbuf *b) {
   size_t start = p->i;
   int c = at(p, 1);
   char out;
@@ -247,7 +226,7 @@ static int parse_escape(parser_t *p, sbuf_t *b) {
 }
 
 /* p->i at the opening quote of a one-line basic string. */
-static int parse_basic(parser_t *p, sbuf_t *b) {
+static int parse_basic(parser_t *p, cm__sbuf *b) {
   size_t start = p->i++;
   for (;;) {
     size_t run = p->i;
@@ -271,7 +250,7 @@ static int parse_basic(parser_t *p, sbuf_t *b) {
 }
 
 /* p->i at the opening quote of a one-line literal string. */
-static int parse_literal(parser_t *p, sbuf_t *b) {
+static int parse_literal(parser_t *p, cm__sbuf *b) {
   size_t start = p->i++;
   size_t run = p->i;
   while (p->i < p->n && p->s[p->i] != '\'' && p->s[p->i] != '\n' && p->s[p->i] != '\r') p->i++;
@@ -285,7 +264,7 @@ static int parse_literal(parser_t *p, sbuf_t *b) {
 }
 
 /* p->i at the first of three opening delimiters q ('"' or '\''). */
-static int parse_multiline(parser_t *p, sbuf_t *b, char q) {
+static int parse_multiline(parser_t *p, cm__sbuf *b, char q) {
   size_t start = p->i;
   p->i += 3;
   if (nl_at(p, p->i)) p->i += nl_len(p, p->i);
@@ -362,7 +341,7 @@ int cm__toml_parse_key(parser_t *p) {
     seg_t *sg;
     if (push_seg(p, &sg) != CM_OK) return CM_ENOMEM;
     sg->off = p->i;
-    sg->start = p->kbuf.len;
+    sg->start = p->kbuf.n;
     cm__toml_pos_of(p, p->i, &sg->line, &sg->col);
     int c = peek(p);
     int rc = CM_OK;
@@ -380,7 +359,7 @@ int cm__toml_parse_key(parser_t *p) {
     }
     if (rc != CM_OK) return rc;
     /* sg may have moved if segs was reallocated by a nested call: re-fetch */
-    p->segs[p->nsegs - 1].len = p->kbuf.len - p->segs[p->nsegs - 1].start;
+    p->segs[p->nsegs - 1].len = p->kbuf.n - p->segs[p->nsegs - 1].start;
     skip_ws(p);
     if (peek(p) != '.') return CM_OK;
     p->i++;
@@ -556,16 +535,16 @@ static int decimal_float(parser_t *p, const char *t, size_t len, cm_toml_value_t
   /* strtod honours LC_NUMERIC: spell the decimal point the locale's way */
   const char *dp = localeconv()->decimal_point;
   if (!dp || !*dp) dp = ".";
-  p->buf.len = 0;
+  p->buf.n = 0;
   for (size_t k = 0; k < len; k++) {
     if (t[k] == '_') continue;
     int arc = t[k] == '.' ? sb_add(&p->buf, dp, strlen(dp)) : sb_addc(&p->buf, t[k]);
     if (arc != CM_OK) return CM_ENOMEM;
   }
-  p->buf.ptr[p->buf.len] = '\0';
+  p->buf.p[p->buf.n] = '\0';
   cm_toml_value_t *v = cm__toml_new(CM_TOML_FLOAT);
   if (!v) return CM_ENOMEM;
-  v->u.f = strtod(p->buf.ptr, NULL);
+  v->u.f = strtod(p->buf.p, NULL);
   *out = v;
   return CM_OK;
 }
@@ -704,16 +683,16 @@ static int parse_scalar_token(parser_t *p, cm_toml_value_t **out) {
 
 static int new_string(parser_t *p, cm_toml_value_t **out) {
   cm_toml_value_t *v = cm__toml_new(CM_TOML_STRING);
-  char *s = malloc(p->buf.len + 1);
+  char *s = malloc(p->buf.n + 1);
   if (!v || !s) {
     free(v);
     free(s);
     return CM_ENOMEM;
   }
-  if (p->buf.len) memcpy(s, p->buf.ptr, p->buf.len);
-  s[p->buf.len] = '\0';
+  if (p->buf.n) memcpy(s, p->buf.p, p->buf.n);
+  s[p->buf.n] = '\0';
   v->u.str.ptr = s;
-  v->u.str.len = p->buf.len;
+  v->u.str.len = p->buf.n;
   *out = v;
   return CM_OK;
 }
@@ -727,7 +706,7 @@ int cm__toml_parse_scalar(parser_t *p, cm_toml_value_t **out) {
   switch (c) {
     case '"':
     case '\'':
-      p->buf.len = 0;
+      p->buf.n = 0;
       if (at(p, 1) == c && at(p, 2) == c) {
         rc = parse_multiline(p, &p->buf, (char)c);
       } else {

@@ -38,7 +38,7 @@
 /* Human-readable, escaped, truncated rendering of a key for messages. */
 static const char *keyname(const parser_t *p, const seg_t *sg, char *buf, size_t cap) {
   size_t o = 0;
-  const char *k = p->kbuf.ptr + sg->start;
+  const char *k = p->kbuf.p + sg->start;
   for (size_t j = 0; j < sg->len && o + 8 < cap; j++) {
     unsigned char c = (unsigned char)k[j];
     if (c < 0x20 || c == 0x7F || c == '\'' || c == '\\') {
@@ -210,7 +210,7 @@ static int new_table(parser_t *p, const seg_t *sg, cm_toml_value_t *parent,
   t->u.tab.kind = kind;
   t->line = sg->line;
   t->column = sg->col;
-  if (cm__toml_table_add(parent, p->kbuf.ptr + sg->start, sg->len, t) != CM_OK) {
+  if (cm__toml_table_add(parent, p->kbuf.p + sg->start, sg->len, t) != CM_OK) {
     cm__toml_free(t);
     return CM_ENOMEM;
   }
@@ -221,14 +221,14 @@ static int new_table(parser_t *p, const seg_t *sg, cm_toml_value_t *parent,
 /* key = value, inserted into table (the current table or an inline one). */
 static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
   char wbuf[16], kb[96];
-  size_t base = p->nsegs, kbase = p->kbuf.len;
+  size_t base = p->nsegs, kbase = p->kbuf.n;
   int rc = cm__toml_parse_key(p);
   if (rc != CM_OK) return rc;
   size_t nseg = p->nsegs - base;
   cm_toml_value_t *t = table;
   for (size_t k = 0; k + 1 < nseg; k++) {
     const seg_t *sg = &p->segs[base + k];
-    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + sg->start, sg->len);
+    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.p + sg->start, sg->len);
     if (!child) {
       rc = new_table(p, sg, t, CM_TOML_TABLE_DOTTED, &child);
       if (rc != CM_OK) return rc;
@@ -248,7 +248,7 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
     t = child;
   }
   const seg_t *last = &p->segs[base + nseg - 1];
-  if (cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len)) {
+  if (cm__toml_table_find(t, p->kbuf.p + last->start, last->len)) {
     return cm__toml_perr(p, last->off, "duplicate key '%s'", keyname(p, last, kb, sizeof kb));
   }
   if (peek(p) != '=') return cm__toml_perr(p, p->i, "expected '=' after key, found %s", WHAT(p));
@@ -260,12 +260,12 @@ static int parse_keyval(parser_t *p, cm_toml_value_t *table) {
   last = &p->segs[base + nseg - 1]; /* segs may have been reallocated */
   v->line = last->line;
   v->column = last->col;
-  if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, v) != CM_OK) {
+  if (cm__toml_table_add(t, p->kbuf.p + last->start, last->len, v) != CM_OK) {
     cm__toml_free(v);
     return CM_ENOMEM;
   }
   p->nsegs = base;
-  p->kbuf.len = kbase;
+  p->kbuf.n = kbase;
   return CM_OK;
 }
 
@@ -277,7 +277,7 @@ static int header_walk(parser_t *p, size_t base, size_t nseg, cm_toml_value_t **
   cm_toml_value_t *t = p->root;
   for (size_t k = 0; k + 1 < nseg; k++) {
     const seg_t *sg = &p->segs[base + k];
-    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + sg->start, sg->len);
+    cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.p + sg->start, sg->len);
     if (!child) {
       int rc = new_table(p, sg, t, CM_TOML_TABLE_IMPLICIT, &child);
       if (rc != CM_OK) return rc;
@@ -303,7 +303,7 @@ static int header_walk(parser_t *p, size_t base, size_t nseg, cm_toml_value_t **
  * and make it the current table. */
 static int header_table(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
   char kb[96];
-  cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
+  cm_toml_value_t *child = cm__toml_table_find(t, p->kbuf.p + last->start, last->len);
   if (!child) {
     int rc = new_table(p, last, t, CM_TOML_TABLE_EXPLICIT, &child);
     if (rc != CM_OK) return rc;
@@ -327,7 +327,7 @@ static int header_table(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
 static int header_array(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
   char kb[96];
   int rc;
-  cm_toml_value_t *arr = cm__toml_table_find(t, p->kbuf.ptr + last->start, last->len);
+  cm_toml_value_t *arr = cm__toml_table_find(t, p->kbuf.p + last->start, last->len);
   if (!arr) {
     rc = check_depth(p, last->off, t->u.tab.depth + 2);
     if (rc != CM_OK) return rc;
@@ -337,7 +337,7 @@ static int header_array(parser_t *p, cm_toml_value_t *t, const seg_t *last) {
     arr->u.arr.table_array = true;
     arr->line = last->line;
     arr->column = last->col;
-    if (cm__toml_table_add(t, p->kbuf.ptr + last->start, last->len, arr) != CM_OK) {
+    if (cm__toml_table_add(t, p->kbuf.p + last->start, last->len, arr) != CM_OK) {
       cm__toml_free(arr);
       return CM_ENOMEM;
     }
@@ -366,7 +366,7 @@ static int parse_header(parser_t *p) {
   char wbuf[16];
   bool aot = at(p, 1) == '[';
   p->i += aot ? 2 : 1;
-  size_t base = p->nsegs, kbase = p->kbuf.len;
+  size_t base = p->nsegs, kbase = p->kbuf.n;
   int rc = cm__toml_parse_key(p);
   if (rc != CM_OK) return rc;
   if (peek(p) != ']' || (aot && at(p, 1) != ']')) {
@@ -382,7 +382,7 @@ static int parse_header(parser_t *p) {
   rc = aot ? header_array(p, t, last) : header_table(p, t, last);
   if (rc != CM_OK) return rc;
   p->nsegs = base;
-  p->kbuf.len = kbase;
+  p->kbuf.n = kbase;
   return CM_OK;
 }
 
@@ -440,12 +440,12 @@ int cm_toml_parse(const char *data, size_t len, cm_toml_doc_t **out, cm_diag_t *
     p.root->column = 1;
     p.cur = p.root;
     /* pre-size the buffers so their pointers are never NULL */
-    rc = cm__toml_sb_reserve(&p.buf, 64) == CM_OK && cm__toml_sb_reserve(&p.kbuf, 64) == CM_OK
+    rc = cm__sb_reserve(&p.buf, 64) && cm__sb_reserve(&p.kbuf, 64)
              ? parse_document(&p)
              : CM_ENOMEM;
   }
-  free(p.buf.ptr);
-  free(p.kbuf.ptr);
+  free(p.buf.p);
+  free(p.kbuf.p);
   free(p.segs);
   if (rc != CM_OK) {
     if (rc == CM_ENOMEM && diag) {

@@ -12,13 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/sbuf.h"
 #include "toml_internal.h"
 
-/* A growing byte buffer, kept NUL-terminable (cm__toml_sb_reserve). */
-typedef struct {
-  char *ptr;
-  size_t len, cap;
-} sbuf_t;
 
 /* One segment of a dotted key. */
 typedef struct {
@@ -35,15 +31,13 @@ typedef struct {
   cm_diag_t *diag;
   size_t c_off; /* line/column cache: position of c_off */
   uint32_t c_line, c_col;
-  sbuf_t buf;  /* scratch for string values and numbers */
-  sbuf_t kbuf; /* decoded key segments (a stack, see segs) */
+  cm__sbuf buf;  /* scratch for string values and numbers */
+  cm__sbuf kbuf; /* decoded key segments (a stack, see segs) */
   seg_t *segs; /* key segments of the keys being parsed (a stack) */
   size_t nsegs, segcap;
   cm_toml_value_t *root, *cur;
 } parser_t;
 
-/* Make room for `extra` more bytes (and a NUL) in b. CM_ENOMEM on failure. */
-int cm__toml_sb_reserve(sbuf_t *b, size_t extra);
 /* 1-based line and column (in UTF-8 characters) of byte offset off. */
 void cm__toml_pos_of(parser_t *p, size_t off, uint32_t *line, uint32_t *col);
 /* Record a parse error at offset off ("line L, column C: message") in the
