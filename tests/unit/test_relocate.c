@@ -365,6 +365,38 @@ static void pressure_triggers(void) {
   }
 }
 
+/* A request that no relocation can serve plans nothing: on a device of 3
+ * granules holding 3 blocks of 1/8 granule, one per granule, a request of
+ * 2 3/4 granules with the live 3/8 exceeds the device, so the refusal
+ * copies nothing (no relocation runs); one of 2 granules fits once the
+ * blocks are packed. */
+static void hopeless_request_plans_nothing(void) {
+  uint64_t G = 2ull << 20;
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_storage_sim_create(3 * G, true, 0, &st));
+  cm_manager_t *m = host_manager(st, true);
+  ASSERT(m != NULL);
+  cm_handle_t h[3][8];
+  for (int g = 0; g < 3; g++)
+    for (int k = 0; k < 8; k++) ASSERT_OK(cm_manager_reserve(m, G / 8, &h[g][k], NULL));
+  for (int g = 0; g < 3; g++)
+    for (int k = 1; k < 8; k++) cm_handle_release(h[g][k]);
+  cm_handle_t big = {NULL};
+  EXPECT_STATUS(cm_manager_reserve(m, 2 * G + 3 * G / 4, &big, NULL), CM_EOOM);
+  cm_relocate_stats_t tot;
+  cm_manager_relocate_totals(m, &tot);
+  EXPECT_EQ(tot.runs, 0);
+  EXPECT_EQ(tot.moves, 0);
+  EXPECT_OK(cm_manager_reserve(m, 2 * G, &big, NULL));
+  cm_manager_relocate_totals(m, &tot);
+  EXPECT_GE(tot.runs, 1);
+  EXPECT_GE(tot.moves, 1);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_handle_release(big);
+  for (int g = 0; g < 3; g++) cm_handle_release(h[g][0]);
+  cm_manager_destroy(m);
+}
+
 /* Physical objects go back only whole. On a simulated device of 10
  * granules, with objects of up to 4 granules: E (2 granules) spans the
  * last granule of object [0, 4) and the first of object [4, 8), which
@@ -628,6 +660,7 @@ int main(void) {
   CM_RUN(explicit_cleanup_triggers);
   CM_RUN(capture_start_triggers);
   CM_RUN(pressure_triggers);
+  CM_RUN(hopeless_request_plans_nothing);
   CM_RUN(pressure_frees_an_object);
   CM_RUN(no_copy_support_refuses);
   CM_RUN(adaptive_outdated_pages_go_back);
