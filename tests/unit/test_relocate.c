@@ -625,6 +625,47 @@ static void guarded_page_serves_nothing(void) {
   cm_manager_destroy(m);
 }
 
+/* The arena, with relocation enabled: a granule that a guarded block
+ * touches serves no new reservation until the guards drop (unguard, or
+ * freeing the block); without relocation it serves as before. Host
+ * storage, 64 KiB granules. */
+static void guarded_granule_serves_nothing(void) {
+  for (int on = 0; on < 2; on++) {
+    cm_storage_t *st = NULL;
+    ASSERT_OK(cm_storage_host_create(0, &st));
+    cm_manager_t *m = host_manager(st, on == 1);
+    ASSERT(m != NULL);
+    const uint64_t G = 64 << 10;
+    cm_handle_t a, b, c, d;
+    ASSERT_OK(cm_manager_reserve(m, SZ, &a, NULL));
+    uint64_t at = where(m, a);
+    cm_binding_t ba = cm_handle_binding(a);
+    cm_resource_t r;
+    ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+    ASSERT_OK(cm_manager_reserve(m, SZ, &b, NULL));
+    if (on) EXPECT_NE(where(m, b) / G, at / G); /* a's granule has room, but is guarded */
+    else EXPECT_EQ(where(m, b) / G, at / G);
+    ASSERT_OK(cm_manager_reserve(m, SZ, &c, NULL));
+    if (on) EXPECT_NE(where(m, c) / G, at / G);
+    cm_handle_release(b);
+    cm_handle_release(c);
+    ASSERT_OK(cm_manager_unguard(m, ba, NULL));
+    ASSERT_OK(cm_manager_reserve(m, SZ, &c, NULL));
+    EXPECT_EQ(where(m, c) / G, at / G); /* served again */
+    /* freeing a guarded block drops its guards with it: its room is the
+     * tightest fit again */
+    ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+    cm_binding_release(ba);
+    cm_handle_release(a);
+    ASSERT_OK(cm_manager_reserve(m, SZ, &d, NULL));
+    EXPECT_EQ(where(m, d), at);
+    EXPECT_EQ(cm_manager_check(m, NULL), 0);
+    cm_handle_release(c);
+    cm_handle_release(d);
+    cm_manager_destroy(m);
+  }
+}
+
 /* Memory pressure: with relocation on, a new page that would leave the
  * device less than another page of room first empties the outdated pages. */
 static void adaptive_pressure_triggers(void) {
@@ -667,5 +708,6 @@ int main(void) {
   CM_RUN(adaptive_guard_holds_page);
   CM_RUN(adaptive_pressure_triggers);
   CM_RUN(guarded_page_serves_nothing);
+  CM_RUN(guarded_granule_serves_nothing);
   return cm_test_finish();
 }
