@@ -105,6 +105,7 @@ typedef struct region {
   uint64_t cnt_top;  /* 1 + the highest granule whose count was ever raised (the checker's bound) */
   uint32_t *ostart;  /* per mapped granule: the first granule of its object */
   uint32_t *olen;    /* per object start: its length in granules (0 elsewhere) */
+  uint32_t *gcnt;    /* per granule: guards held on the blocks touching it (arena_guard.c; NULL: none yet) */
 } region;
 
 typedef struct arena {
@@ -149,6 +150,11 @@ typedef struct arena {
   uint64_t period;      /* reservations between periodic trims */
   uint32_t ops;         /* reservations seen (wraps), stamps trims */
   uint64_t regret;      /* granules re-mapped soon after a trim: raises the budget */
+  /* guards (relocation enabled; arena_guard.c): the guards held, and the
+   * entry tables: the arena's own, and the one used while a guard is held */
+  uint64_t guarded;
+  const cm__pool_vt *plain_vt;
+  cm__pool_vt gvt;
 } arena;
 
 /* The objects one map makes (map_for's plan, executed by map_range): runs of
@@ -591,6 +597,12 @@ bool cm__arena_dry_short(const arena *a, uint64_t add);
 bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
+
+/* ---- arena_guard.c --------------------------------------------------------------------- */
+
+/* Used block s gained (delta > 0) or lost guards (pool.h's guard entry):
+ * while any is held, reservations avoid the granules guarded blocks touch. */
+void cm__arena_guard(cm__pool *p, cm__slice *s, int64_t delta);
 
 /* ---- arena_reloc.c --------------------------------------------------------------------- */
 

@@ -409,14 +409,6 @@ static int used_blocks(const plan_ctx *c, uint32_t ri, uref **out, size_t *n) {
   return CM_OK;
 }
 
-/* Mapped granules wholly inside [lo, hi) of r. */
-static uint64_t mapped_inside(const arena *a, const region *r, uint64_t lo, uint64_t hi) {
-  uint64_t g0 = (lo + a->gran - 1) >> a->gshift, g1 = hi >> a->gshift; /* [g0, g1) */
-  if (g1 > r->top) g1 = r->top;
-  if (g0 >= g1) return 0;
-  return (g1 - g0) - unmapped_in(r, g0, g1 - 1);
-}
-
 /* Where packed blocks go in region r: right after its last used block (the
  * free tail), so successive packings leave no partial granule between
  * them. NULL when the region ends with a used block. */
@@ -426,14 +418,6 @@ static ablk *tail_of(const region *r) {
   return t->free ? t : NULL;
 }
 
-/* Granules the packing of `bytes` at the tail maps (the unmapped ones it
- * covers); UINT64_MAX when the tail cannot hold them. */
-static uint64_t tail_need(const arena *a, const region *r, const ablk *t, uint64_t bytes) {
-  if (!t || bytes == 0 || bytes > t->s.span) return UINT64_MAX;
-  uint64_t g0 = t->s.offset >> a->gshift, g1 = (t->s.offset + bytes - 1) >> a->gshift;
-  return unmapped_in(r, g0, g1);
-}
-
 typedef struct window {
   size_t i, j;  /* blocks [i, j] of the region's list */
   uint64_t bytes, need;
@@ -441,43 +425,100 @@ typedef struct window {
   bool set;
 } window;
 
-/* The window starting at block i: consecutive movable blocks whose packing
- * maps at most `room` granules; its figures into *w (w->set false if none). */
-static void window_at(const arena *a, const region *r, const ablk *t, const uref *v, size_t n,
-                      size_t i, uint64_t room, window *w) {
-  w->set = false;
-  uint64_t bytes = 0, need = 0;
-  size_t j = i;
-  for (; j < n && v[j].movable && !v[j].taken; j++) {
-    uint64_t ext = bytes + v[j].b->s.span;
-    uint64_t nd = tail_need(a, r, t, ext);
-    if (nd > room) break;
-    bytes = ext;
-    need = nd;
+/* Counts that choosing a window reads, computed once per plan (the scan
+ * over the windows is then linear in the blocks, without bitmap walks):
+ * mapped[g], the mapped granules of r below g (g <= top), and un[k], the
+ * unmapped granules among the tail's first k granules, as far as they stay
+ * within the room. */
+typedef struct counts {
+  uint64_t *mapped, top;
+  uint64_t *un, tg0, nun; /* un[0..nun] */
+  uint64_t limit;         /* the most bytes the tail packs within the room */
+} counts;
+
+static int counts_make(const arena *a, const region *r, const ablk *t, uint64_t room,
+                       counts *k) {
+  k->top = r->top;
+  k->tg0 = t->s.offset >> a->gshift;
+  k->mapped = malloc((r->top + 1) * sizeof *k->mapped);
+  uint64_t most = r->ngran - k->tg0; /* the tail's granules */
+  uint64_t cap = (r->top > k->tg0 ? r->top - k->tg0 : 0) + room + 1;
+  if (cap > most) cap = most;
+  k->un = malloc((cap + 1) * sizeof *k->un);
+  if (!k->mapped || !k->un) return CM_ENOMEM;
+  k->mapped[0] = 0;
+  for (uint64_t g = 0; g < r->top; g++) k->mapped[g + 1] = k->mapped[g] + bit(r->mapped, g);
+  k->un[0] = 0;
+  k->nun = 0;
+  while (k->nun < cap) {
+    uint64_t g = k->tg0 + k->nun;
+    uint64_t u = k->un[k->nun] + !(g < r->top && bit(r->mapped, g));
+    if (u > room) break;
+    k->un[++k->nun] = u;
   }
-  if (j == i) return;
-  uint64_t hi = v[j - 1].hi_free < t->s.offset ? v[j - 1].hi_free : t->s.offset;
-  int64_t gain = (int64_t)mapped_inside(a, r, v[i].lo_free, hi) - (int64_t)need;
-  *w = (window){i, j - 1, bytes, need, gain, true};
+  uint64_t lim = ((k->tg0 + k->nun) << a->gshift) - t->s.offset;
+  k->limit = lim < t->s.span ? lim : t->s.span;
+  return CM_OK;
+}
+
+static void counts_free(counts *k) {
+  free(k->mapped);
+  free(k->un);
+}
+
+/* Mapped granules wholly inside [lo, hi). */
+static uint64_t mapped_inside(const arena *a, const counts *k, uint64_t lo, uint64_t hi) {
+  uint64_t g0 = (lo + a->gran - 1) >> a->gshift, g1 = hi >> a->gshift; /* [g0, g1) */
+  if (g1 > k->top) g1 = k->top;
+  if (g0 >= g1) return 0;
+  return k->mapped[g1] - k->mapped[g0];
+}
+
+/* Granules the packing of `bytes` (0 < bytes <= k->limit) at the tail t
+ * maps: the unmapped ones it covers. */
+static uint64_t tail_need(const arena *a, const ablk *t, const counts *k, uint64_t bytes) {
+  return k->un[((t->s.offset + bytes - 1) >> a->gshift) - k->tg0 + 1];
 }
 
 /* The window of region r (list v) that frees the most granules net; when
  * none frees any, the lowest one (`sweep`): packing the lowest live data at
- * the top gathers the holes below into whole granules, round after round. */
-static void choose_window(const arena *a, const region *r, const uref *v, size_t n,
-                          uint64_t room, bool sweep, window *best) {
+ * the top gathers the holes below into whole granules, round after round.
+ * A window starting at block i holds the consecutive movable blocks from i
+ * whose packing at the tail maps at most `room` granules; as i grows its
+ * end never moves back, so one pass finds them all. */
+static int choose_window(const arena *a, const region *r, const uref *v, size_t n,
+                         uint64_t room, bool sweep, window *best) {
   const ablk *t = tail_of(r);
   best->set = false;
-  if (!t) return;
+  if (!t) return CM_OK;
+  counts k = {0};
+  int rc = counts_make(a, r, t, room, &k);
+  if (rc != CM_OK) {
+    counts_free(&k);
+    return rc;
+  }
   window lowest = {0, 0, 0, 0, 0, false};
+  size_t j = 0;     /* blocks [i, j) make the window at i */
+  uint64_t sum = 0; /* their bytes */
   for (size_t i = 0; i < n; i++) {
-    window w = {0, 0, 0, 0, 0, false};
-    window_at(a, r, t, v, n, i, room, &w);
-    if (!w.set) continue;
+    if (j < i) {
+      j = i;
+      sum = 0;
+    }
+    while (j < n && v[j].movable && !v[j].taken && sum + v[j].b->s.span <= k.limit)
+      sum += v[j++].b->s.span;
+    if (j == i) continue;
+    uint64_t need = tail_need(a, t, &k, sum);
+    uint64_t hi = v[j - 1].hi_free < t->s.offset ? v[j - 1].hi_free : t->s.offset;
+    int64_t gain = (int64_t)mapped_inside(a, &k, v[i].lo_free, hi) - (int64_t)need;
+    window w = {i, j - 1, sum, need, gain, true};
     if (!lowest.set) lowest = w;
     if (!best->set || w.gain > best->gain) *best = w;
+    sum -= v[i].b->s.span;
   }
+  counts_free(&k);
   if (best->set && best->gain <= 0) *best = sweep ? lowest : (window){0, 0, 0, 0, 0, false};
+  return CM_OK;
 }
 
 /* A hole for span s: the tightest free range on allowed granules, outside
@@ -582,7 +623,7 @@ static int pack(plan_ctx *c, cm__moves *out) {
     size_t n = 0;
     rc = used_blocks(c, ri, &v, &n);
     window w = {0, 0, 0, 0, 0, false};
-    if (rc == CM_OK) choose_window(a, r, v, n, room, true, &w);
+    if (rc == CM_OK) rc = choose_window(a, r, v, n, room, true, &w);
     if (rc == CM_OK && w.set) {
       size_t from = out->n;
       rc = pack_place(c, r, ri, v, &w, out);

@@ -462,9 +462,26 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 }
 
 /* Relocations tried for one request the device refused: each packs more
- * of the live data, until the request fits, nothing more moves, or the
- * copies reach RELOCATE_BUDGET times the memory held. */
+ * of the live data, until the request fits, nothing more moves, the copies
+ * reach RELOCATE_BUDGET times the memory held, or the moves reach
+ * RELOCATE_MOVES times the live allocations (by then every block has moved
+ * and the packing only cycles: tiny blocks would otherwise circle the
+ * arena until the bytes budget is spent). */
 #define RELOCATE_BUDGET 2
+#define RELOCATE_MOVES 2
+
+/* Can no relocation make room for eff more bytes? Moving data never
+ * shrinks it: the pools' live bytes (with their alignment padding) plus eff
+ * must fit in what the manager could hold, the bytes its storage holds now
+ * plus the device's free memory. When they do not, planning would only
+ * copy bytes before the request fails all the same. */
+static bool relocation_cannot_help(cm_manager_t *m, uint64_t eff) {
+  uint64_t need = eff, free_b = 0, total = 0;
+  for (size_t i = 0; i < m->npools; i++)
+    need += m->pools[i]->usage.bytes_in_use + m->pools[i]->usage.bytes_padding;
+  if (cm_storage_mem_info(m->storage, &free_b, &total) != CM_OK || total == 0) return false;
+  return need > cm__storage_held(m->storage) + free_b;
+}
 
 /* Still out of memory after giving back every cached byte: with relocation
  * enabled, compact live data into the room the pools hold (memory pressure:
@@ -472,11 +489,14 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
 static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                   bool lazy, cm__slice **s, cm_diag_t *d2) {
   int rc = CM_EOOM;
-  uint64_t budget = RELOCATE_BUDGET * m->reserved_total, copied = 0;
-  while (rc == CM_EOOM && copied <= budget) {
+  if (relocation_cannot_help(m, eff)) return rc;
+  uint64_t budget = RELOCATE_BUDGET * m->reserved_total, copied = 0, live = 0, moved = 0;
+  for (size_t i = 0; i < m->npools; i++) live += m->pools[i]->usage.number_allocs;
+  while (rc == CM_EOOM && copied <= budget && moved <= RELOCATE_MOVES * live) {
     cm_relocate_stats_t st;
     if (relocate(m, CM_RELOCATE_PRESSURE, &st, NULL) != CM_OK || st.moves == 0) break;
     copied += st.bytes_copied;
+    moved += st.moves;
     cleanup_impl(m, true, UINT64_MAX, m->npools);
     *s = p->vt->try_reserve(p, size, eff);
     if (*s) return CM_OK;

@@ -154,6 +154,7 @@ static void region_free_mem(region *r) {
   free(r->trimmed);
   free(r->ostart);
   free(r->olen);
+  free(r->gcnt);
   free(r);
 }
 
@@ -672,6 +673,7 @@ static const cm__pool_vt k_arena_vt = {
     .for_each = for_each,
     .destroy = destroy,
     .reloc_plan = cm__arena_reloc_plan,
+    .guard = cm__arena_guard,
 };
 
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

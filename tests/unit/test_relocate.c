@@ -365,6 +365,38 @@ static void pressure_triggers(void) {
   }
 }
 
+/* A request that no relocation can serve plans nothing: on a device of 3
+ * granules holding 3 blocks of 1/8 granule, one per granule, a request of
+ * 2 3/4 granules with the live 3/8 exceeds the device, so the refusal
+ * copies nothing (no relocation runs); one of 2 granules fits once the
+ * blocks are packed. */
+static void hopeless_request_plans_nothing(void) {
+  uint64_t G = 2ull << 20;
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_storage_sim_create(3 * G, true, 0, &st));
+  cm_manager_t *m = host_manager(st, true);
+  ASSERT(m != NULL);
+  cm_handle_t h[3][8];
+  for (int g = 0; g < 3; g++)
+    for (int k = 0; k < 8; k++) ASSERT_OK(cm_manager_reserve(m, G / 8, &h[g][k], NULL));
+  for (int g = 0; g < 3; g++)
+    for (int k = 1; k < 8; k++) cm_handle_release(h[g][k]);
+  cm_handle_t big = {NULL};
+  EXPECT_STATUS(cm_manager_reserve(m, 2 * G + 3 * G / 4, &big, NULL), CM_EOOM);
+  cm_relocate_stats_t tot;
+  cm_manager_relocate_totals(m, &tot);
+  EXPECT_EQ(tot.runs, 0);
+  EXPECT_EQ(tot.moves, 0);
+  EXPECT_OK(cm_manager_reserve(m, 2 * G, &big, NULL));
+  cm_manager_relocate_totals(m, &tot);
+  EXPECT_GE(tot.runs, 1);
+  EXPECT_GE(tot.moves, 1);
+  EXPECT_EQ(cm_manager_check(m, NULL), 0);
+  cm_handle_release(big);
+  for (int g = 0; g < 3; g++) cm_handle_release(h[g][0]);
+  cm_manager_destroy(m);
+}
+
 /* Physical objects go back only whole. On a simulated device of 10
  * granules, with objects of up to 4 granules: E (2 granules) spans the
  * last granule of object [0, 4) and the first of object [4, 8), which
@@ -593,6 +625,47 @@ static void guarded_page_serves_nothing(void) {
   cm_manager_destroy(m);
 }
 
+/* The arena, with relocation enabled: a granule that a guarded block
+ * touches serves no new reservation until the guards drop (unguard, or
+ * freeing the block); without relocation it serves as before. Host
+ * storage, 64 KiB granules. */
+static void guarded_granule_serves_nothing(void) {
+  for (int on = 0; on < 2; on++) {
+    cm_storage_t *st = NULL;
+    ASSERT_OK(cm_storage_host_create(0, &st));
+    cm_manager_t *m = host_manager(st, on == 1);
+    ASSERT(m != NULL);
+    const uint64_t G = 64 << 10;
+    cm_handle_t a, b, c, d;
+    ASSERT_OK(cm_manager_reserve(m, SZ, &a, NULL));
+    uint64_t at = where(m, a);
+    cm_binding_t ba = cm_handle_binding(a);
+    cm_resource_t r;
+    ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+    ASSERT_OK(cm_manager_reserve(m, SZ, &b, NULL));
+    if (on) EXPECT_NE(where(m, b) / G, at / G); /* a's granule has room, but is guarded */
+    else EXPECT_EQ(where(m, b) / G, at / G);
+    ASSERT_OK(cm_manager_reserve(m, SZ, &c, NULL));
+    if (on) EXPECT_NE(where(m, c) / G, at / G);
+    cm_handle_release(b);
+    cm_handle_release(c);
+    ASSERT_OK(cm_manager_unguard(m, ba, NULL));
+    ASSERT_OK(cm_manager_reserve(m, SZ, &c, NULL));
+    EXPECT_EQ(where(m, c) / G, at / G); /* served again */
+    /* freeing a guarded block drops its guards with it: its room is the
+     * tightest fit again */
+    ASSERT_OK(cm_manager_get_resource(m, ba, 0, 0, &r, NULL));
+    cm_binding_release(ba);
+    cm_handle_release(a);
+    ASSERT_OK(cm_manager_reserve(m, SZ, &d, NULL));
+    EXPECT_EQ(where(m, d), at);
+    EXPECT_EQ(cm_manager_check(m, NULL), 0);
+    cm_handle_release(c);
+    cm_handle_release(d);
+    cm_manager_destroy(m);
+  }
+}
+
 /* Memory pressure: with relocation on, a new page that would leave the
  * device less than another page of room first empties the outdated pages. */
 static void adaptive_pressure_triggers(void) {
@@ -628,11 +701,13 @@ int main(void) {
   CM_RUN(explicit_cleanup_triggers);
   CM_RUN(capture_start_triggers);
   CM_RUN(pressure_triggers);
+  CM_RUN(hopeless_request_plans_nothing);
   CM_RUN(pressure_frees_an_object);
   CM_RUN(no_copy_support_refuses);
   CM_RUN(adaptive_outdated_pages_go_back);
   CM_RUN(adaptive_guard_holds_page);
   CM_RUN(adaptive_pressure_triggers);
   CM_RUN(guarded_page_serves_nothing);
+  CM_RUN(guarded_granule_serves_nothing);
   return cm_test_finish();
 }
