@@ -183,6 +183,17 @@ static inline bool cm__pool_accepts(const cm__pool *p, uint64_t size) {
 }
 
 /* ---- constructors (one per kind; each copies *ctx) ---- */
+
+/* Fill the head every pool shares (entry table, a copy of *ctx, routing
+ * position, alignment >= 1) of a freshly calloc'ed pool; the constructor
+ * sets its options and the rest. */
+static inline void cm__pool_base_init(cm__pool *p, const cm__pool_vt *vt, const cm__pool_ctx *ctx,
+                                      uint8_t pos) {
+  p->vt = vt;
+  p->ctx = *ctx;
+  p->position = pos;
+  p->alignment = ctx->alignment ? ctx->alignment : 1;
+}
 int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,
                         cm__pool **out);
 int cm__pool_exclusive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

@@ -489,11 +489,8 @@ int cm__pool_adaptive_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, u
                           cm__pool **out) {
   adaptive_pool *ap = calloc(1, sizeof *ap);
   if (!ap) return CM_ENOMEM;
-  ap->base.vt = &k_adaptive_vt;
-  ap->base.ctx = *ctx;
-  ap->base.position = pos;
+  cm__pool_base_init(&ap->base, &k_adaptive_vt, ctx, pos);
   ap->base.opts = *o;
-  ap->base.alignment = ctx->alignment ? ctx->alignment : 1;
   ap->base.next_cleanup = UINT64_MAX;
   cm__adaptive_bounds(ap->base.alignment, ctx->max_page_size, o->page_size, o->max_alloc_size,
                       &ap->floor, &ap->max_page);

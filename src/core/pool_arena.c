@@ -680,12 +680,9 @@ int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint
                        cm__pool **out) {
   arena *a = calloc(1, sizeof *a);
   if (!a) return CM_ENOMEM;
-  a->base.vt = &k_arena_vt;
-  a->base.ctx = *ctx;
-  a->base.position = pos;
+  cm__pool_base_init(&a->base, &k_arena_vt, ctx, pos);
   a->base.opts = *o;
   a->base.opts.kind = CM_POOL_ARENA;
-  a->base.alignment = ctx->alignment ? ctx->alignment : 1;
   /* accept's bound (max_alloc_size + 1 wraps to 0 at UINT64_MAX: asked) */
   a->base.accept_below = o->max_alloc_size ? o->max_alloc_size + 1 : UINT64_MAX;
   a->st = ctx->storage;

@@ -496,12 +496,9 @@ int cm__pool_sliced_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uin
                         cm__pool **out) {
   sliced_pool *sp = calloc(1, sizeof *sp);
   if (!sp) return CM_ENOMEM;
-  uint64_t A = ctx->alignment;
-  sp->base.vt = &k_sliced_vt;
-  sp->base.ctx = *ctx;
-  sp->base.position = pos;
+  cm__pool_base_init(&sp->base, &k_sliced_vt, ctx, pos);
+  uint64_t A = sp->base.alignment;
   sp->base.opts = *o;
-  sp->base.alignment = A;
   sp->page_size = o->page_size ? o->page_size : A;
   if (o->has_max_pool_size) {
     sp->capped = true;

@@ -38,10 +38,7 @@ static inline cm__slots *cm__slots_of(cm__pool *p) { return &((cm__slot_pool *)p
 /* Fill the common head of a freshly calloc'ed slot pool; returns &sp->base. */
 static inline cm__pool *cm__slot_pool_init(cm__slot_pool *sp, const cm__pool_vt *vt,
                                            const cm__pool_ctx *ctx, uint8_t pos) {
-  sp->base.vt = vt;
-  sp->base.ctx = *ctx;
-  sp->base.position = pos;
-  sp->base.alignment = ctx->alignment;
+  cm__pool_base_init(&sp->base, vt, ctx, pos);
   cm__tree_init(&sp->slots.free);
   return &sp->base;
 }
