@@ -120,6 +120,9 @@ typedef struct arena {
   bool owned;         /* default object size: a block's whole granules are one object
                          while the device has room */
   uint64_t keep;      /* holding: free mapped granules kept (the release threshold), UINT64_MAX: all */
+  bool ends;          /* place spans sharing granules at the cheaper end (place_off): set by
+                         the last map (map_for) that did not hold, unless the owner
+                         relocates (its packing keeps data compact) */
   uint64_t room_omax; /* the default's other objects while the device has room, in granules:
                          the device's memory >> OBJECT_ROOM_SHIFT (0 when unknown) */
   /* the device's room, as has_room sees it: its free and total memory at the
@@ -257,13 +260,45 @@ static inline __attribute__((always_inline)) ablk *find_fit(arena *a, uint64_t s
   return best;
 }
 
-/* Where span s goes in free block b: its low end, or, for a span that is a
- * whole number of granules in a VM region, the first granule boundary in b
- * when the span still fits after it; so such a block owns whole granules,
- * and freeing it frees them for any placement or for a trim. */
+/* What placing a block with an end in granule g of r costs, for a span that
+ * shares its end granules with neighbours: 0 when a used block touches g
+ * already, 1 when g is mapped and free (a trim could give it back), 3 when g
+ * is not mapped (a map). */
+static inline unsigned end_cost(const region *r, uint64_t g) {
+  return r->cnt[g] ? 0u : cm__bit(r->mapped, g) ? 1u : 3u;
+}
+
+/* The cost of the end granules of span s placed at offset o of r. */
+static inline unsigned ends_cost(const arena *a, const region *r, uint64_t o, uint64_t s) {
+  uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
+  return end_cost(r, g0) + (g1 != g0 ? end_cost(r, g1) : 0u);
+}
+
+/* Where span s goes in free block b. A span that is a whole number of
+ * granules in a VM region starts at the first granule boundary in b when it
+ * still fits after it, so such a block owns whole granules and freeing it
+ * frees them for any placement or for a trim. Any other span in a VM region
+ * shares its end granules with its neighbours: it goes to the end of b
+ * (the low end, or the high end) whose granules cost less by ends_cost (the
+ * low end on a tie), so it fills granules that blocks in use keep mapped
+ * anyway before it pins a free mapped granule, and that before one it must
+ * map. Under pressure every granule a block in use touches is memory the
+ * device cannot get back; filling those first is what keeps the smallest
+ * device small. Otherwise the low end: when s fills b, in the region's last
+ * free block (its high end is the region's end, not mapped short of a full
+ * region), while the pool holds what it maps (a->ends false: nothing goes
+ * back then, so blocks pack from the low end as the unconstrained peak
+ * wants), and when the owner relocates (its packing toward the low end keeps
+ * data compact, and measured better without the end choice). */
 static inline uint64_t place_off(const arena *a, const ablk *b, uint64_t s) {
   uint64_t o = b->s.offset;
-  if (__builtin_expect(s < a->gran || (s & (a->gran - 1)) || !b->rg->vm, 1)) return o;
+  if (__builtin_expect(!b->rg->vm || b->s.span == s, 0)) return o;
+  if (__builtin_expect((s & (a->gran - 1)) != 0, 1)) {
+    unsigned lo = ends_cost(a, b->rg, o, s);
+    if (__builtin_expect(lo == 0 || !a->ends || !b->next, 1)) return o;
+    uint64_t h = o + b->s.span - s;
+    return ends_cost(a, b->rg, h, s) < lo ? h : o;
+  }
   uint64_t al = (o + a->gran - 1) & ~(a->gran - 1);
   return al - o <= b->s.span - s ? al : o;
 }
@@ -520,8 +555,8 @@ static inline __attribute__((always_inline)) ablk *place_low(arena *a, ablk *b, 
   return u;
 }
 
-/* Carve span s from the low end of free block b, or at place_off's granule
- * boundary (place_inside). */
+/* Carve span s at place_off's offset in free block b: its low end
+ * (place_low), or above it (place_inside). */
 static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
   uint64_t off = place_off(a, b, s);
   if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
@@ -569,9 +604,11 @@ static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, u
   return u;
 }
 
-/* Carve span s at offset off of free block b (off + s inside b; VM region);
- * returns the used block (mapped, counted in the granules, not in usage). */
-static __attribute__((unused)) ablk *cm__arena_place_at(arena *a, ablk *b, uint64_t s, uint64_t off) {
+/* Carve span s at offset off of free block b (off + s inside b; a VM region,
+ * or b's low end in a segment); returns the used block (mapped, counted in the
+ * granules, not in usage). */
+static inline __attribute__((always_inline, unused)) ablk *cm__arena_place_at(arena *a, ablk *b,
+                                                                             uint64_t s, uint64_t off) {
   if (off != b->s.offset) return place_inside(a, b, s, off);
   return place_low(a, b, s); /* at the low end even where place would move a
                                 granule-multiple span up to a boundary */
@@ -588,8 +625,8 @@ uint64_t cm__arena_trim(arena *a, uint64_t want, const region *ex, uint64_t ex_l
 /* Map every unmapped granule of [lo, hi] in r (see there). */
 int cm__arena_map_range(arena *a, region *r, uint64_t lo, uint64_t hi, bool covered, bool lazy,
                         cm_diag_t *diag);
-/* Map what placing span s at the low end of free block b needs (see there). */
-int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag);
+/* Map what placing span s at offset o (place_off's) of free block b needs (see there). */
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, uint64_t o, bool lazy, cm_diag_t *diag);
 /* Dry run: would `add` more bytes exceed the device's free memory? */
 bool cm__arena_dry_short(const arena *a, uint64_t add);
 /* Would the device stay more than half free after mapping `need` more

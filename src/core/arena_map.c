@@ -380,13 +380,12 @@ static map_plan plan_map(arena *a, uint64_t o, uint64_t s, uint64_t g0, uint64_t
   return p;
 }
 
-/* Map what placing span s in free block b (at place_off) needs, as plan_map
+/* Map what placing span s in free block b at offset o (place_off's) needs, as plan_map
  * decides; `lazy`: count the granules as mapped without mapping them (dry
  * run), with the very same trimming and batching decisions, so a dry run
  * places as an eager run does. */
-int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag) {
+int cm__arena_map_for(arena *a, ablk *b, uint64_t s, uint64_t o, bool lazy, cm_diag_t *diag) {
   region *r = b->rg;
-  uint64_t o = place_off(a, b, s);
   uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
   if (bits_all(r->mapped, g0, g1)) {
     if (!lazy && virt_in(a, r, g0, g1)) return cm__arena_map_range(a, r, g0, g1, false, false, diag);
@@ -394,6 +393,9 @@ int cm__arena_map_for(arena *a, ablk *b, uint64_t s, bool lazy, cm_diag_t *diag)
   }
   uint64_t need = unmapped_in(r, g0, g1); /* the trims below keep [g0, hi] */
   map_plan p = plan_map(a, o, s, g0, g1, need);
+  /* placement's end choice (place_off) from here on: while the pool holds
+   * what it maps nothing goes back, so blocks pack from the low end */
+  a->ends = !p.hold && !a->base.ctx.relocate;
   /* growth batching (requests under a granule: a run of them would map one
    * granule each): extend over unmapped granules wholly inside this free block */
   uint64_t ext_max = s >= a->gran ? 0 : (a->held >> a->gshift) >> EXT_SHIFT;

@@ -247,7 +247,8 @@ int cm_manager_create(cm_storage_t *storage, const cm_manager_config_t *cfg, cm_
                                .dry_runs = &m->dry_runs,
                                .page_updates = &m->page_updates,
                                .reserve_clock = &m->alloc_reserve_count,
-                               .dry_ledger = &m->dry_ledger};
+                               .dry_ledger = &m->dry_ledger,
+                               .relocate = cfg->relocate};
   if (cfg->initial_mode >= 0)
     m->mode = cfg->initial_mode ? CM_MODE_PERSISTENT : CM_MODE_AUTO;
   else

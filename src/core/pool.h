@@ -55,6 +55,10 @@ typedef struct cm__pool_ctx {
    * owner's pools; what a dry run adds to the device's used memory when it
    * checks the device's limit. */
   uint64_t *dry_ledger;
+  /* The owner relocates live data when the device refuses memory
+   * (cm_manager_config_t.relocate): its packing, not placement, then keeps
+   * live data compact (the arena places low; pool_arena.c, "Placement"). */
+  bool relocate;
 } cm__pool_ctx;
 
 typedef struct cm__slice {

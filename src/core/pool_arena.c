@@ -52,6 +52,20 @@
  * granule boundary when it still fits there (the part below stays free): it
  * then owns whole granules, so its free frees them for any later placement or
  * trim instead of leaving two boundary granules shared with its neighbours.
+ * Any other span (VM regions) shares its end granules with its neighbours: it
+ * is carved from the end of the block (low or high) whose end granules cost
+ * less - already touched by a block in use (0), mapped and free (1), not
+ * mapped (3); the low end on a tie (place_off). So it fills the granules that
+ * blocks in use pin anyway before it pins a free granule: under pressure
+ * those partly used granules are the memory no trim can give back, and the
+ * smallest device is decided there. Not while the pool holds what it maps
+ * (the default on a device with room: nothing goes back then, and packing
+ * from the low end keeps the unconstrained peak), so the choice is on from
+ * the first map that does not hold until one that does (map_for sets
+ * a->ends); and not when the manager relocates live data (its packing keeps
+ * data compact from the low end, and placing low measured better with it).
+ * The offset is decided once per
+ * reservation: try_reserve and alloc pass it on to map_for and the carving.
  * Lists are LIFO, so placement depends only on the sequence of calls
  * (deterministic).
  *
@@ -314,9 +328,10 @@ static inline void unlink_blk(region *r, ablk *x) {
   if (x->next) x->next->prev = x->prev;
 }
 
-/* A fit whose low end is mapped already: scan up to `limit` blocks of span
- * >= s, bins upward; smallest such block wins. NULL if none was seen. */
-static ablk *find_mapped_fit(arena *a, uint64_t s, int limit) {
+/* A fit whose placement (place_off) is mapped already: scan up to `limit`
+ * blocks of span >= s, bins upward; smallest such block wins, its offset in
+ * *off. NULL if none was seen. */
+static ablk *find_mapped_fit(arena *a, uint64_t s, int limit, uint64_t *off) {
   uint32_t i = bin_of(s);
   ablk *best = NULL;
   int n = 0;
@@ -324,7 +339,11 @@ static ablk *find_mapped_fit(arena *a, uint64_t s, int limit) {
     for (ablk *b = a->heads[i]; b && n < limit; b = b->fnext, n++) {
       if (b->s.span < s || (best && !better(b, best))) continue;
       region *r = b->rg;
-      if (!r->vm || range_mapped(a, r, place_off(a, b, s), s)) best = b;
+      uint64_t o = place_off(a, b, s);
+      if (!r->vm || range_mapped(a, r, o, s)) {
+        best = b;
+        *off = o;
+      }
     }
     if (best) return best;
     i = next_bin(a, i);
@@ -403,11 +422,12 @@ static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   ablk *b = find_fit(a, s);
   if (!b) return NULL;
   region *r = b->rg;
-  if (r->vm && !range_mapped(a, r, place_off(a, b, s), s)) {
-    if (!(b = find_mapped_fit(a, s, ALT_LIMIT))) return NULL;
+  uint64_t off = place_off(a, b, s);
+  if (r->vm && !range_mapped(a, r, off, s)) {
+    if (!(b = find_mapped_fit(a, s, ALT_LIMIT, &off))) return NULL;
   }
   if (__builtin_expect(a->unbacked != 0, 0)) return reserve_virt(a, b, s);
-  return &place(a, b, s)->s;
+  return &cm__arena_place_at(a, b, s, off)->s;
 }
 
 /* A request larger than the whole device can never be served: CM_EOOM at
@@ -439,8 +459,9 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     if (rc != CM_OK) return rc;
   }
   region *r = b->rg;
+  uint64_t off = place_off(a, b, s); /* once: mapping changes what place_off sees */
   if (r->vm) {
-    int rc = cm__arena_map_for(a, b, s, lazy, diag);
+    int rc = cm__arena_map_for(a, b, s, off, lazy, diag);
     if (rc != CM_OK) {
       if (region_idle(r) && r->mapped_gran == 0 && r->first == b && b->s.span == r->size)
         region_release(a, b->region); /* a region opened for this call */
@@ -450,7 +471,7 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     int rc = seg_back(a, r, diag); /* eager memory is always backed */
     if (rc != CM_OK) return rc;
   }
-  ablk *u = place(a, b, s);
+  ablk *u = cm__arena_place_at(a, b, s, off);
   if (r->vm ? lazy && virt_in(a, r, u->s.offset >> a->gshift,
                               (u->s.offset + u->s.span - 1) >> a->gshift)
             : r->lazy) {

@@ -10,7 +10,7 @@
  * Scenarios: randomized model checks (random sizes and lifetimes; after
  * every operation cm_manager_check() must be clean, live ranges must not
  * overlap and the usage must equal the model's), placement (best fit, low
- * addresses, determinism), mapping (reserved = mapped granules, unmapping of
+ * addresses, determinism, the end of a free block that fills touched granules), mapping (reserved = mapped granules, unmapping of
  * free memory, hysteresis: a steady loop maps nothing after its first
  * iteration), physical objects, caps, zero-byte and
  * size-limited requests, storage failures leaving the manager unchanged,
@@ -208,6 +208,57 @@ static void placement_whole_granules(void) {
   cm_handle_release(c);
   cm_handle_release(d);
   cm_manager_destroy(m);
+}
+
+/* A span that is not a whole number of granules goes to the end of its free
+ * block whose end granules cost less: one a block in use touches already
+ * before a mapped free one (before an unmapped one), the low end on a tie.
+ * So it fills granules pinned anyway, and a later span of whole granules
+ * finds a whole free granule. Only once the arena maps without holding (here
+ * a device that does not report its memory; the default holds while the
+ * device stays more than half free, and then nothing goes back anyway), and
+ * not with relocation on (the manager's packing keeps data compact): there
+ * placement stays at the low end. */
+static void placement_fills_touched_granules(void) {
+  for (int mode = 0; mode < 3; mode++) { /* 0: no holding, 1: relocation, 2: holding */
+    cm_pool_options_t o = arena();
+    cm_manager_config_t cfg;
+    cm_manager_config_init(&cfg);
+    cfg.props = P;
+    cfg.pools = &o;
+    cfg.pool_count = 1;
+    cfg.relocate = mode == 1;
+    cm_manager_t *m = NULL; /* 2 MiB granules; mode 2: a roomy 64 GiB device */
+    ASSERT_OK(cm_manager_create(sim(mode == 2 ? 64 * GiB : 0, mode == 2, 0), &cfg, &m, NULL));
+    cm_handle_t a = res(m, 4 * MiB); /* granules 0-1 */
+    cm_handle_t b = res(m, 3 * MiB); /* [4, 7) MiB: granules 2-3 */
+    cm_handle_t c = res(m, 1 * MiB); /* [7, 8): granule 3, which b touches: the low end */
+    cm_handle_t d = res(m, 1 * MiB); /* [8, 9) */
+    EXPECT_EQ(offset_of(m, a), 0);
+    EXPECT_EQ(offset_of(m, b), 4 * MiB);
+    EXPECT_EQ(offset_of(m, c), 7 * MiB);
+    EXPECT_EQ(offset_of(m, d), 8 * MiB);
+    cm_handle_release(b); /* hole [4, 7): granule 2 mapped and free, granule 3 touched by c */
+    uint64_t before = held(m);
+    cm_handle_t e = res(m, 1 * MiB);
+    cm_handle_t f = res(m, 2 * MiB);
+    if (mode == 0) {
+      EXPECT_EQ(offset_of(m, e), 6 * MiB); /* the high end: granule 3, touched by c */
+      EXPECT_EQ(offset_of(m, f), 4 * MiB); /* granule 2 whole */
+    } else {
+      EXPECT_EQ(offset_of(m, e), 4 * MiB); /* the low end */
+      EXPECT_EQ(offset_of(m, f), 5 * MiB); /* across granules 2 and 3 */
+    }
+    EXPECT_EQ(held(m), before); /* both in mapped granules: nothing mapped */
+    CHECK_CLEAN(m);
+    cm_handle_release(a);
+    cm_handle_release(c);
+    cm_handle_release(d);
+    cm_handle_release(e);
+    cm_handle_release(f);
+    CHECK_CLEAN(m);
+    cm_manager_destroy(m);
+  }
 }
 
 static void zero_and_limits(void) {
@@ -677,6 +728,7 @@ int main(void) {
   CM_RUN(placement_exact_reuse);
   CM_RUN(placement_deterministic);
   CM_RUN(placement_whole_granules);
+  CM_RUN(placement_fills_touched_granules);
   CM_RUN(zero_and_limits);
   CM_RUN(vm_reserved_is_mapped_granules);
   CM_RUN(vm_unmaps_before_growing);
