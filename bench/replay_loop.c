@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   cm_storage_t *st = NULL;
-  if (cm_storage_sim_create(80ull << 30, false, 0, &st) != CM_OK) return 1;
+  if (cm_storage_sim_create(80ull << 30, true, 0, &st) != CM_OK) return 1;
   cm_manager_config_t cfg;
   cm_manager_config_init(&cfg);
   cfg.props = props;
