@@ -331,6 +331,15 @@ static void capture_start_triggers(void) {
   cm_manager_destroy(m);
 }
 
+/* Fill 3 granules with blocks of 1/8 granule, then free all but the first
+ * of each: 3 small live blocks, one per granule (h[g][0]). */
+static void one_small_block_per_granule(cm_manager_t *m, uint64_t G, cm_handle_t h[3][8]) {
+  for (int g = 0; g < 3; g++)
+    for (int k = 0; k < 8; k++) ASSERT_OK(cm_manager_reserve(m, G / 8, &h[g][k], NULL));
+  for (int g = 0; g < 3; g++)
+    for (int k = 1; k < 8; k++) cm_handle_release(h[g][k]);
+}
+
 /* A simulated device of 3 granules of 2 MiB: three granules each keep one
  * small block, a request for a whole granule fails unless relocation packs
  * the three blocks into one granule. */
@@ -342,10 +351,7 @@ static void pressure_triggers(void) {
     cm_manager_t *m = host_manager(st, on == 1);
     ASSERT(m != NULL);
     cm_handle_t h[3][8];
-    for (int g = 0; g < 3; g++)
-      for (int k = 0; k < 8; k++) ASSERT_OK(cm_manager_reserve(m, G / 8, &h[g][k], NULL));
-    for (int g = 0; g < 3; g++)
-      for (int k = 1; k < 8; k++) cm_handle_release(h[g][k]);
+    one_small_block_per_granule(m, G, h);
     cm_handle_t big = {NULL};
     int rc = cm_manager_reserve(m, G, &big, NULL);
     cm_relocate_stats_t tot;
@@ -377,10 +383,7 @@ static void hopeless_request_plans_nothing(void) {
   cm_manager_t *m = host_manager(st, true);
   ASSERT(m != NULL);
   cm_handle_t h[3][8];
-  for (int g = 0; g < 3; g++)
-    for (int k = 0; k < 8; k++) ASSERT_OK(cm_manager_reserve(m, G / 8, &h[g][k], NULL));
-  for (int g = 0; g < 3; g++)
-    for (int k = 1; k < 8; k++) cm_handle_release(h[g][k]);
+  one_small_block_per_granule(m, G, h);
   cm_handle_t big = {NULL};
   EXPECT_STATUS(cm_manager_reserve(m, 2 * G + 3 * G / 4, &big, NULL), CM_EOOM);
   cm_relocate_stats_t tot;
