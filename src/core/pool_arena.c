@@ -391,22 +391,22 @@ static void seg_placed(arena *a, region *r, ablk *u) {
  * are virtual anywhere: memory counted by a dry run stays virtual under a dry
  * run (the slice is unmapped until materialized) and is backed now otherwise
  * (on failure NULL: alloc then reports the error). */
-static __attribute__((noinline)) cm__slice *reserve_virt(arena *a, ablk *b, uint64_t s) {
+static __attribute__((noinline)) cm__slice *reserve_virt(arena *a, ablk *b, uint64_t s,
+                                                          uint64_t o) {
   region *r = b->rg;
   if (!r->vm) {
     if (r->lazy && !dry_run(a) && seg_back(a, r, NULL) != CM_OK) return NULL;
-    ablk *u = place(a, b, s);
+    ablk *u = cm__arena_place_at(a, b, s, o);
     if (r->lazy) seg_placed(a, r, u);
     return &u->s;
   }
-  uint64_t o = place_off(a, b, s);
   uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift;
   bool unbacked = false;
   if (virt_in(a, r, g0, g1)) {
     if (dry_run(a)) unbacked = true;
     else if (cm__arena_map_range(a, r, g0, g1, false, false, NULL) != CM_OK) return NULL;
   }
-  ablk *u = place(a, b, s);
+  ablk *u = cm__arena_place_at(a, b, s, o);
   if (unbacked) {
     u->s.mapped = 0;
     a->base.pages_unmapped++;
@@ -426,7 +426,7 @@ static cm__slice *try_reserve(cm__pool *p, uint64_t size, uint64_t eff) {
   if (r->vm && !range_mapped(a, r, off, s)) {
     if (!(b = find_mapped_fit(a, s, ALT_LIMIT, &off))) return NULL;
   }
-  if (__builtin_expect(a->unbacked != 0, 0)) return reserve_virt(a, b, s);
+  if (__builtin_expect(a->unbacked != 0, 0)) return reserve_virt(a, b, s, off);
   return &cm__arena_place_at(a, b, s, off)->s;
 }
 
