@@ -9,6 +9,8 @@
 # cm_bench_replay_loop is instrumented (CALLGRIND_START/STOP_INSTRUMENTATION),
 # so parsing and manager setup are not counted. Prints one line per layout:
 #   LAYOUT  instructions  ops  instructions/op
+# With GUARDS=N the manager relocates and N blocks hold a guard through the
+# loop (cm_manager_get_resource): reservations then avoid guarded granules.
 # With MICRO=1 it then counts cm_bench_micro's cases too (instructions per
 # reserve+release pair, hit and miss, 4 KiB and 1 MiB, every layout).
 # Exit 77 when valgrind or the trace is missing.
@@ -27,7 +29,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for layout in "${layouts[@]}"; do
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$tmp/cg.out" \
-    "$bin" "$trace" "$layout" >"$tmp/out" 2>"$tmp/err" || true
+    "$bin" "$trace" "$layout" ${GUARDS:+"$GUARDS"} >"$tmp/out" 2>"$tmp/err" || true
   ir=$(awk '/^totals:/ {t=$2} /^summary:/ {s=$2} END {print (t != "" ? t : s)}' "$tmp/cg.out")
   ops=$(sed -n 's/.* ops \([0-9]*\) .*/\1/p' "$tmp/out")
   if [ -z "$ir" ] || [ -z "$ops" ]; then

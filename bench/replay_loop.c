@@ -2,8 +2,11 @@
  * replay_loop.c - replay one allocation trace through a fresh manager on an
  * 80 GiB simulated device and count the instructions of the event loop only.
  *
- * Usage: cm_bench_replay_loop TRACE [LAYOUT]   (LAYOUT as for `cubemem replay
- * --pools`, default "default"). The trace is parsed and the manager built
+ * Usage: cm_bench_replay_loop TRACE [LAYOUT [GUARDS]]   (LAYOUT as for
+ * `cubemem replay --pools`, default "default"; GUARDS > 0: relocation is
+ * enabled in the config and GUARDS blocks of 4 KiB, reserved before the loop,
+ * each hold a guard (cm_manager_get_resource) through the whole loop: what
+ * reservations cost while a runtime keeps raw addresses). The trace is parsed and the manager built
  * before the loop; the loop (cm_manager_reserve for an allocation,
  * cm_handle_release for a free, exactly what cm_replay_run does) is bracketed
  * by CALLGRIND_START_INSTRUMENTATION / CALLGRIND_STOP_INSTRUMENTATION when
@@ -40,12 +43,51 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Blocks that hold a guard through the loop (GUARDS). */
+typedef struct guards {
+  cm_handle_t *h;
+  long n;
+} guards;
+
+/* Reserve n blocks of 4 KiB and take a guard on each (out of line, so the
+ * measured loop's code is the same with or without them). */
+static __attribute__((noinline)) int take_guards(cm_manager_t *m, long n, guards *out) {
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  out->h = calloc((size_t)n, sizeof *out->h);
+  if (!out->h) return 1;
+  for (; out->n < n; out->n++) {
+    cm_resource_t res;
+    cm_handle_t *h = &out->h[out->n];
+    if (cm_manager_reserve(m, 4096, h, &d) != CM_OK) {
+      fprintf(stderr, "guard %ld: %s\n", out->n, d.message);
+      return 1;
+    }
+    if (cm_manager_get_resource(m, cm_handle_binding(*h), 0, 0, &res, &d) != CM_OK) {
+      fprintf(stderr, "guard %ld: %s\n", out->n, d.message);
+      cm_handle_release(*h);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static __attribute__((noinline)) void drop_guards(guards *g) {
+  for (long i = 0; i < g->n; i++) cm_handle_release(g->h[i]);
+  free(g->h);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s TRACE [LAYOUT]\n", argv[0]);
+    fprintf(stderr, "usage: %s TRACE [LAYOUT [GUARDS]]\n", argv[0]);
     return 2;
   }
   const char *layout = argc > 2 ? argv[2] : "default";
+  long nguards = argc > 3 ? strtol(argv[3], NULL, 10) : 0;
+  if (nguards < 0 || nguards > 4096) {
+    fprintf(stderr, "GUARDS: 0 to 4096\n");
+    return 2;
+  }
   cm_diag_t d;
   memset(&d, 0, sizeof d);
   cm_trace_t *t = NULL;
@@ -67,11 +109,14 @@ int main(int argc, char **argv) {
   cfg.props = props;
   cfg.pools = pools;
   cfg.pool_count = n;
+  cfg.relocate = nguards > 0;
   cm_manager_t *m = NULL;
   if (cm_manager_create(st, &cfg, &m, &d) != CM_OK) {
     fprintf(stderr, "manager: %s\n", d.message);
     return 1;
   }
+  guards gd = {NULL, 0};
+  if (nguards && take_guards(m, nguards, &gd) != 0) return 1;
   cm_handle_t *h = calloc(t->slots ? t->slots : 1, sizeof *h);
   if (!h) return 1;
   uint64_t ops = 0, failed = 0;
@@ -96,13 +141,15 @@ int main(int argc, char **argv) {
   double t1 = now_s();
   cm_storage_stats_t s;
   cm_storage_stats(cm_manager_storage(m), &s);
-  printf("trace %s layout %s ops %llu failed %llu ratio %.4f device_calls %llu ns_per_op %.1f\n",
-         argv[1], layout, (unsigned long long)ops, (unsigned long long)failed,
+  printf("trace %s layout %s guards %ld ops %llu failed %llu ratio %.4f device_calls %llu "
+         "ns_per_op %.1f\n",
+         argv[1], layout, gd.n, (unsigned long long)ops, (unsigned long long)failed,
          t->peak_live_bytes ? (double)s.bytes_held_peak / (double)t->peak_live_bytes : 0.0,
          (unsigned long long)(s.allocs + s.maps), (t1 - t0) * 1e9 / (double)(ops ? ops : 1));
   for (uint32_t i = 0; i < t->slots; i++)
     if (h[i].d) cm_handle_release(h[i]);
   free(h);
+  drop_guards(&gd);
   cm_manager_destroy(m);
   cm_trace_free(t);
   return failed ? 1 : 0;

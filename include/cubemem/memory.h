@@ -420,9 +420,11 @@ CM_API void cm_manager_relocate_totals(const cm_manager_t *m, cm_relocate_stats_
  * granules) in place until released with cm_manager_unguard (one call per
  * get_resource) or until the slice is freed. Relocation never moves a
  * guarded slice nor anything sharing its page or granules; with relocation
- * enabled in the config, a guarded page of a sliced or adaptive pool also
- * serves no new reservation (so it can empty), while the arena's guarded
- * granules still serve reservations (see docs/relocation.md). A captured
+ * enabled in the config, a guarded page of a sliced or adaptive pool, and an
+ * arena granule that a guarded slice touches, also serve no new reservation
+ * until the guards drop (so they can empty; see docs/relocation.md). While a
+ * guard is held, the arena's reservations search its bins for room clear of
+ * guarded granules, so keep guards short. A captured
  * graph's pins are persistent reservations, which never move. The pointer
  * API (ptr.h) keeps the address of each allocation: its allocations are
  * guarded for their whole life. Errors: as cm_manager_find; CM_EINVAL when

@@ -16,18 +16,43 @@
  */
 #include "core/arena.h"
 
+/* The first backed granule of r in [g, lim), or UINT64_MAX when there is
+ * none. A word of the bitmaps at a time, so an unmapped stretch costs a word
+ * per 64 granules, and nothing is read from r->top up (no granule there was
+ * ever mapped): the free end of a region that spans the device is free. */
+static uint64_t next_backed(const region *r, uint64_t g, uint64_t lim) {
+  if (lim > r->top) lim = r->top;
+  while (g < lim) {
+    uint64_t w = g / 64;
+    uint64_t m = r->mapped[w] & (r->virt ? ~r->virt[w] : ~0ull) & (~0ull << (g % 64));
+    if (m) {
+      uint64_t h = w * 64 + (uint64_t)__builtin_ctzll(m);
+      return h < lim ? h : UINT64_MAX;
+    }
+    g = (w + 1) * 64;
+  }
+  return UINT64_MAX;
+}
+
 /* The lowest offset in free block b (from where the arena would place span
  * s) where s touches no guarded granule (and, with mapped_only, only
  * mapped, backed granules), or UINT64_MAX. */
 static uint64_t clear_in(const arena *a, const ablk *b, uint64_t s, bool mapped_only) {
   const region *r = b->rg;
   uint64_t o = place_off(a, b, s), end = b->s.offset + b->s.span;
+  uint64_t gend = (end + a->gran - 1) >> a->gshift;
   while (o < end && s <= end - o) {
     uint64_t g0 = o >> a->gshift, g1 = (o + s - 1) >> a->gshift, bad = UINT64_MAX;
-    for (uint64_t g = g0; g <= g1 && bad == UINT64_MAX; g++)
-      if ((r->gcnt && r->gcnt[g]) || (mapped_only && !backed(r, g))) bad = g;
+    bool unbacked = false;
+    for (uint64_t g = g0; g <= g1 && bad == UINT64_MAX; g++) {
+      if (mapped_only && !backed(r, g)) bad = g, unbacked = true;
+      else if (r->gcnt && r->gcnt[g]) bad = g;
+    }
     if (bad == UINT64_MAX) return o;
-    o = (bad + 1) << a->gshift;
+    /* the next start: past a guarded granule, or at the next backed one */
+    uint64_t next = unbacked ? next_backed(r, bad + 1, gend) : bad + 1;
+    if (next == UINT64_MAX) return UINT64_MAX;
+    o = next << a->gshift;
   }
   return UINT64_MAX;
 }
