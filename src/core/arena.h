@@ -555,18 +555,10 @@ static inline __attribute__((always_inline)) ablk *place_low(arena *a, ablk *b, 
   return u;
 }
 
-/* Carve span s at place_off's offset in free block b: its low end
- * (place_low), or above it (place_inside). */
-static inline __attribute__((always_inline)) ablk *place(arena *a, ablk *b, uint64_t s) {
-  uint64_t off = place_off(a, b, s);
-  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
-  return place_low(a, b, s);
-}
-
 /* Place span s at offset `off` inside free block b (VM region, off above b's
  * low end): b keeps the free part below, a new free node takes the part
  * above (if any). Without host memory for the nodes the whole block is handed
- * out, as place does. */
+ * out, as place_low does. */
 static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, uint64_t s, uint64_t off) {
   region *r = b->rg;
   uint64_t end = b->s.offset + b->s.span;
@@ -609,9 +601,8 @@ static __attribute__((noinline, unused)) ablk *place_inside(arena *a, ablk *b, u
  * granules, not in usage). */
 static inline __attribute__((always_inline, unused)) ablk *cm__arena_place_at(arena *a, ablk *b,
                                                                              uint64_t s, uint64_t off) {
-  if (off != b->s.offset) return place_inside(a, b, s, off);
-  return place_low(a, b, s); /* at the low end even where place would move a
-                                granule-multiple span up to a boundary */
+  if (__builtin_expect(off != b->s.offset, 0)) return place_inside(a, b, s, off);
+  return place_low(a, b, s);
 }
 
 /* ---- arena_map.c --------------------------------------------------------------------- */

@@ -17,7 +17,7 @@
 #     its floor (126 granules, where some requests cannot fit) relocates a
 #     bounded number of times: the packing of one refused request stops at
 #     twice the live allocations' moves (it used to circle a 2 KiB block
-#     through 2.7 million relocations, for over 10 minutes), and a request
+#     through 2.7 million relocations, for more than 5 minutes), and a request
 #     no relocation can serve plans nothing.
 set -euo pipefail
 BUILD=${1:?usage: test_relocate_cli.sh BUILD_DIR SOURCE_DIR}
