@@ -289,7 +289,12 @@ CM_API void cm_manager_destroy(cm_manager_t *m);
 /* Reserve `size` bytes (spec §5.4). *out receives a new handle reference.
  * Errors: CM_ETOOBIG (no pool accepts it), CM_ECAPACITY (capped pools full),
  * CM_EOOM / CM_ESTORAGE (storage), CM_EOVERFLOW (size + padding overflows),
- * CM_ENOMEM. On error *out is empty and the manager is unchanged. */
+ * CM_ENOMEM. On error *out is empty and the manager is unchanged. A CM_EOOM
+ * that stands once the pools gave back what they could adds, for an arena
+ * pool, where the memory it holds beyond its live data lies: the free parts
+ * of partly filled granules (fragmentation) and the free granules of
+ * physical objects a live block still holds, with the option that frees
+ * those. */
 CM_API CM_NODISCARD int cm_manager_reserve(cm_manager_t *m, uint64_t size, cm_handle_t *out,
                                            cm_diag_t *diag);
 /* Page-update restrictions of one reservation (cm_manager_reserve_restricted),

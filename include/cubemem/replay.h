@@ -347,7 +347,7 @@ typedef struct cm_replay_result {
   uint64_t failed_allocs; /* reserve calls that failed (their frees are skipped) */
   int first_failure;      /* status of the first failed reserve, 0 if none */
   uint64_t first_failure_size;  /* its requested size */
-  char first_failure_message[160];
+  char first_failure_message[512];
   uint64_t first_failure_event;    /* its index in trace->events */
   uint64_t first_failure_time_us;  /* its event's time_us */
   uint64_t first_failure_live_bytes;     /* requested bytes the replay held live then */

@@ -641,5 +641,7 @@ int cm__arena_reloc_plan(cm__pool *p, cm_relocate_reason_t why, cm__moves *out);
 
 size_t cm__arena_check(cm__pool *p, cm_diag_t *diag);
 size_t cm__arena_display(cm__pool *p, char *buf, size_t cap);
+/* pool.h's explain_oom (arena_check.c). */
+size_t cm__arena_explain_oom(cm__pool *p, char *buf, size_t cap);
 
 #endif

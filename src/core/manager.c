@@ -454,11 +454,14 @@ static int retry_after_relocation(cm_manager_t *m, cm__pool *p, uint64_t size, u
 static int retry_after_release_only(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                     bool lazy, cm__slice **s, cm_diag_t *d2);
 
+static void explain_oom(cm__pool *p, cm_diag_t *d);
+
 static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint64_t eff,
                                bool lazy, cm__slice **s, cm_diag_t *d2) {
   int rc = retry_after_release_only(m, p, size, eff, lazy, s, d2);
   if (rc == CM_EOOM && m->relocate && !lazy)
     rc = retry_after_relocation(m, p, size, eff, lazy, s, d2);
+  if (rc == CM_EOOM && p->vt->explain_oom) explain_oom(p, d2);
   return rc;
 }
 
@@ -582,6 +585,18 @@ static __attribute__((noinline, cold)) void relocate_before_page(cm_manager_t *m
   uint64_t page = p->opts.page_size;
   if (free_b >= page && free_b - page >= page) return; /* room for two more pages */
   (void)relocate(m, CM_RELOCATE_PRESSURE, NULL, NULL); /* abandoned: nothing lost */
+}
+
+/* The device refused a reservation of pool p for good (retry_after_release
+ * could not serve it either): add to the error where the pool's held memory
+ * that is not live lies (pool.h's explain_oom), as far as the message has
+ * room. */
+static void explain_oom(cm__pool *p, cm_diag_t *d) {
+  size_t n = strlen(d->message);
+  if (n + 3 >= sizeof d->message) return;
+  char why[sizeof d->message];
+  if (p->vt->explain_oom(p, why, sizeof why) == 0) return;
+  snprintf(d->message + n, sizeof d->message - n, "%s%s", n ? "; " : "", why);
 }
 
 /* A FORBIDDEN reservation found no held room. */

@@ -157,6 +157,11 @@ typedef struct cm__pool_vt {
    * handed out); a pool whose guarded pages serve no new reservation counts
    * them. NULL: guards only keep relocation away. */
   void (*guard)(cm__pool *p, cm__slice *s, int64_t delta);
+  /* Optional: after a reservation the device refused even once the pools
+   * gave back what they could, write into buf (cap bytes, NUL-terminated
+   * when cap > 0) a sentence on where the pool's held memory that is not
+   * live lies; returns its length (0: nothing to say). Cold: may scan. */
+  size_t (*explain_oom)(cm__pool *p, char *buf, size_t cap);
 } cm__pool_vt;
 
 struct cm__pool {

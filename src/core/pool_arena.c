@@ -695,6 +695,7 @@ static const cm__pool_vt k_arena_vt = {
     .destroy = destroy,
     .reloc_plan = cm__arena_reloc_plan,
     .guard = cm__arena_guard,
+    .explain_oom = cm__arena_explain_oom,
 };
 
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

@@ -93,7 +93,7 @@ static int manager_probe_fn(void *arg, uint64_t capacity, bool *fits, uint64_t *
         memset(keep, 0, sizeof *keep);
         keep->failed_allocs = 1;
         keep->first_failure = cd.code ? cd.code : CM_EINVAL;
-        snprintf(keep->first_failure_message, sizeof keep->first_failure_message, "%.150s",
+        snprintf(keep->first_failure_message, sizeof keep->first_failure_message, "%.500s",
                  cd.message);
       }
       return CM_OK;

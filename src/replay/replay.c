@@ -120,7 +120,7 @@ static void note_first_failure(cm_replay_result_t *out, int rc, uint64_t size,
                                const cm_diag_t *fail_diag) {
   out->first_failure = rc;
   out->first_failure_size = size;
-  snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
+  snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.511s",
            fail_diag->message[0] ? fail_diag->message : cm_strerror(rc));
 }
 

@@ -223,7 +223,7 @@ static void first_failure(cm_replay_result_t *out, const loop *l, int rc, const 
                           const cm_trace_event_t *e, size_t i) {
   out->first_failure = rc;
   out->first_failure_size = e->size;
-  snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
+  snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.511s",
            fd->message[0] ? fd->message : cm_strerror(rc));
   out->first_failure_event = i;
   out->first_failure_time_us = e->time_us;

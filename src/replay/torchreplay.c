@@ -220,7 +220,7 @@ int cm_torch_replay_from(const cm_trace_t *trace, cm_storage_t *storage,
           out->first_failure_live_bytes = live - e->size;
           cm_torch_stats(m, &ts);
           out->first_failure_reserved_bytes = ts.reserved;
-          snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.159s",
+          snprintf(out->first_failure_message, sizeof out->first_failure_message, "%.511s",
                    fd.message[0] ? fd.message : cm_strerror(rc));
         }
         if (rc != CM_EOOM) hard = rc;
