@@ -476,6 +476,11 @@ typedef struct cm_fit_options {
    * per-stream replay's at that capacity; false (default): one manager
    * (cm_replay_run). Traces with one stream replay the same either way. */
   bool per_stream;
+  /* true: once the smallest device is found, replay once more on one grid
+   * step less and keep that run's first failure in the result (below_*):
+   * what keeps the trace off a smaller device. One more replay, run to the
+   * end. false (default): not run. */
+  bool explain_below;
 } cm_fit_options_t;
 
 typedef struct cm_fit_result {
@@ -493,6 +498,16 @@ typedef struct cm_fit_result {
   uint64_t unconstrained_capacity;
   uint64_t unconstrained_failed;
   cm_storage_stats_t unconstrained_storage;
+  /* With opts->explain_below, the replay on fit_bytes - grid (below_capacity;
+   * 0 when it was not run: the option is off, or fit_bytes is one grid step)
+   * and its first failed reservation: status (0 when that run failed none:
+   * fitting is not monotone there), event index, requested size, live and
+   * reserved bytes then, and the error's message, which for cubemem's arena
+   * says where the held memory that is not live lies. */
+  uint64_t below_capacity;
+  int below_status;
+  uint64_t below_event, below_size, below_live_bytes, below_reserved_bytes, below_failed;
+  char below_message[512];
 } cm_fit_result_t;
 
 /* Fill *o with the defaults. */

@@ -198,7 +198,9 @@ def fit(traces, pools=None, device=None, device_memory=None, alignment=None,
     replay on the device_memory device (what replay() reports there) and its
     driver_time_model, then "fits on": smallest_gpu (a name or None),
     fits_on (names, smallest first), needs_bytes (fit_bytes + reserve_bytes)
-    and gpus (the list compared with). Without pools, three answers: cubemem's
+    and gpus (the list compared with), and below_fit: the replay on one grid
+    step less and its first failure (for cubemem's arena, where the memory it
+    holds beyond the live data lies). Without pools, three answers: cubemem's
     default, "pytorch" and "pytorch-expandable" (the "allocator" field).
     gpus: {"name": bytes or size text, ...}, "NAME=SIZE,..." or a file path
     (default: T4 ... B200 with the memory each reports); reserve: bytes or a

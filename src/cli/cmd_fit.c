@@ -285,6 +285,45 @@ static const char *allocator_label(const char *layout, const cm_torch_options_t 
 }
 
 /* "fits on" of one layout in JSON (no leading comma). */
+/* The replay on one grid step under the fit (cm_fit_result_t's below_*):
+ * "below_fit" in the JSON, null when it was not run. */
+static void below_json(const cm_fit_result_t *fr) {
+  if (!fr->below_capacity) {
+    fputs(",\"below_fit\":null", stdout);
+    return;
+  }
+  printf(",\"below_fit\":{\"device_memory\":%" PRIu64 ",\"failed_allocs\":%" PRIu64,
+         fr->below_capacity, fr->below_failed);
+  if (fr->below_failed) {
+    printf(",\"status\":\"%s\",\"event\":%" PRIu64 ",\"size\":%" PRIu64
+           ",\"live_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64 ",\"message\":",
+           cm_err_name(fr->below_status), fr->below_event, fr->below_size, fr->below_live_bytes,
+           fr->below_reserved_bytes);
+    cli_json_string(stdout, fr->below_message);
+  }
+  fputc('}', stdout);
+}
+
+/* ... and in the text report, under the layout's row. */
+static void print_below(const cm_fit_result_t *fr, uint64_t grid) {
+  if (!fr->below_capacity) return;
+  char g[32], sz[32], live[32], res[32];
+  if (grid % (1u << 20) == 0) snprintf(g, sizeof g, "%" PRIu64 " MiB", grid >> 20);
+  else snprintf(g, sizeof g, "%" PRIu64 " bytes", grid);
+  if (!fr->below_failed) {
+    printf("  %-40s on %s less (%" PRIu64 " bytes) it fits too: fitting is not monotone there\n",
+           "", g, fr->below_capacity);
+    return;
+  }
+  cm_format_bytes(fr->below_size, sz, sizeof sz);
+  cm_format_bytes(fr->below_live_bytes, live, sizeof live);
+  cm_format_bytes(fr->below_reserved_bytes, res, sizeof res);
+  printf("  %-40s on %s less (%" PRIu64 " bytes): %s reserving %s at event %" PRIu64
+         " with %s live and %s reserved: %s\n",
+         "", g, fr->below_capacity, cm_err_name(fr->below_status), sz, fr->below_event, live,
+         res, fr->below_message);
+}
+
 static void fits_json(const fit_opts_t *o, uint64_t fit_bytes) {
   size_t order[CLI_MAX_GPUS];
   bool fits[CLI_MAX_GPUS];
@@ -482,6 +521,7 @@ int cm_cli_fit(int argc, char **argv) {
       fo.configure_arg = &resolve[l];
       fo.unconstrained_capacity = o.capacity;
       fo.per_stream = !o.merge_streams;
+      fo.explain_below = true; /* what keeps it off one grid step less */
       fit_progress_t pc = {tname, o.layouts[l]};
       if (o.progress) {
         fo.progress = on_fit_progress;
@@ -528,6 +568,7 @@ int cm_cli_fit(int argc, char **argv) {
         cli_driver_time_json(stdout, &o.costs, &fr.unconstrained_storage, false);
         fputc(',', stdout);
         fits_json(&o, fr.fit_bytes);
+        below_json(&fr);
         fputs("}\n", stdout);
       } else {
         char a[32], b[32], c[32];
@@ -553,6 +594,7 @@ int cm_cli_fit(int argc, char **argv) {
                  "smallest from which every confirmed capacity fits\n",
                  "", fr.nonmonotone, a);
         }
+        print_below(&fr, o.grid);
       }
       fflush(stdout);
     }

@@ -200,6 +200,27 @@ int cm_replay_fit(const cm_trace_t *trace, const cm_manager_config_t *cfg,
   return cm__fit_search(trace, &o, manager_probe_fn, &mp, out, diag);
 }
 
+/* opts->explain_below: the run on one grid step under the fit, kept whole,
+ * and its first failure into out->below_*. */
+static int explain_below(const search *sr, cm_fit_result_t *out, cm_diag_t *diag) {
+  cm_replay_result_t r;
+  bool fits = false;
+  uint64_t peak = 0, cap = out->fit_bytes - sr->o->grid;
+  int rc = probe(sr, cap, &fits, &peak, &r, diag);
+  if (rc != CM_OK) return rc;
+  out->replays++;
+  out->below_capacity = cap;
+  out->below_failed = r.failed_allocs;
+  out->below_status = r.failed_allocs ? (r.first_failure ? r.first_failure : CM_EOOM) : 0;
+  out->below_event = r.first_failure_event;
+  out->below_size = r.first_failure_size;
+  out->below_live_bytes = r.first_failure_live_bytes;
+  out->below_reserved_bytes = r.first_failure_reserved_bytes;
+  snprintf(out->below_message, sizeof out->below_message, "%s", r.first_failure_message);
+  cm_replay_result_free(&r);
+  return CM_OK;
+}
+
 int cm__fit_search(const cm_trace_t *trace, const cm_fit_options_t *resolved, cm__fit_probe_fn fn,
                    void *arg, cm_fit_result_t *out, cm_diag_t *diag) {
   const cm_fit_options_t o = *resolved;
@@ -247,5 +268,6 @@ int cm__fit_search(const cm_trace_t *trace, const cm_fit_options_t *resolved, cm
   }
   out->fit_bytes = hi;
   out->ratio = trace->peak_live_bytes ? (double)hi / (double)trace->peak_live_bytes : 0.0;
+  if (o.explain_below && hi > o.grid) return explain_below(&sr, out, diag);
   return CM_OK;
 }

@@ -46,6 +46,17 @@ rj=$("$CM" replay --fit --json --no-progress "$EX")
 check "replay --fit reports the same smallest device" test "$(field fit_bytes "$rj")" = "$fb"
 check "replay --fit text row" grep -q "smallest device" <<<"$("$CM" replay --fit --no-progress "$EX")"
 
+# Why not smaller: the run on one grid step less, its first failure and, for
+# the arena, where its memory beyond the live data lies; replay agrees.
+below=$(python3 -c 'import json,sys; b=json.loads(sys.argv[1])["below_fit"]; print(b["device_memory"], b["failed_allocs"], b["status"], b["event"], b["message"])' "$js")
+read -r bdev bfail bstat bev _ <<<"$below"
+check "below_fit: one grid step under the fit" test "$bdev" -eq $((fb - 2097152))
+check "below_fit: it failed there, out of memory" test "$bfail" -gt 0 -a "$bstat" = CM_EOOM
+check "below_fit: the arena says where its memory lies" grep -q "are the free parts of granules that live blocks only partly fill" <<<"$below"
+check "text report: the line under the fit" grep -q "on 2 MiB less ($bdev bytes): CM_EOOM reserving .* at event $bev .*of live data" <<<"$out"
+rb=$("$CM" replay --json --no-progress --pools default --device-memory "$bdev" "$EX")
+check "replay on that device fails at the same event" test "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["first_failure"]["event"])' "$rb")" -eq "$bev"
+
 # Without --pools: cubemem's default and PyTorch's two modes, then "fits on".
 check "no --pools: three allocators side by side" test "$(grep -c '^  torch-cpu-gpt-train.csv ' <<<"$out")" -eq 6
 check "each names the allocator it assumes" grep -q "pytorch-expandable .*PyTorch's CUDA caching allocator.*expandable_segments:True" <<<"$out"

@@ -415,6 +415,25 @@ static void fit_finds_the_smallest_device(void) {
   /* check both sides of the result directly */
   EXPECT_EQ(replay_strict(t, "default", fr.fit_bytes), 0);
   EXPECT_GT(replay_strict(t, "default", fr.fit_bytes - G), 0);
+  EXPECT_EQ(fr.below_capacity, 0); /* not asked for */
+  /* explain_below: one more replay, on one grid step less, and its first
+   * failure, which says where the arena's memory beyond the live data lies */
+  cm_fit_options_t fo;
+  cm_fit_options_init(&fo);
+  fo.explain_below = true;
+  cm_fit_result_t fb;
+  ASSERT_OK(cm_replay_fit(t, &mc, &fo, &fb, NULL));
+  EXPECT_EQ(fb.fit_bytes, fr.fit_bytes);
+  EXPECT_EQ(fb.replays, fr.replays + 1);
+  EXPECT_EQ(fb.below_capacity, fr.fit_bytes - G);
+  EXPECT_EQ(fb.below_status, CM_EOOM);
+  EXPECT_GT(fb.below_failed, 0);
+  EXPECT_GT(fb.below_size, 0);
+  EXPECT_GT(fb.below_event, 0);
+  EXPECT_LE(fb.below_reserved_bytes, fb.below_capacity);
+  EXPECT_CONTAINS(fb.below_message, "out of memory");
+  EXPECT_CONTAINS(fb.below_message, "of live data");
+  EXPECT_CONTAINS(fb.below_message, "are the free parts of granules");
   EXPECT_STATUS(cm_replay_fit(NULL, &mc, NULL, &fr, NULL), CM_EINVAL);
   cm_trace_free(t);
 }
