@@ -512,6 +512,29 @@ static void vm_default_objects_large_device(void) {
   cm_manager_destroy(m);
 }
 
+/* A block that is not whole granules, while the device has room but is not
+ * roomy: its granules are pieces of about a sixteenth of the block, unless
+ * the block is more than a sixteenth of the free memory above half the
+ * device; then single granules, so a later neighbour touching one of them
+ * keeps no other granule from a trim. */
+static void vm_default_pieces_against_room(void) {
+  for (int small = 0; small < 2; small++) {
+    cm_manager_t *m = mk_arena(sim(small ? 1 * GiB : 64 * GiB, true, 0)); /* 2 MiB granules */
+    ASSERT(m != NULL);
+    cm_handle_t a = res(m, small ? 100 * MiB : 5 * GiB); /* whole granules: one object */
+    EXPECT_EQ(stats(m).creates, 1);
+    cm_handle_t b = res(m, 65 * MiB); /* 33 granules, no growth beyond them */
+    /* 64 GiB: 27 GiB above half, pieces of 2 granules; 1 GiB: 173 MiB
+     * above half, less than 16 x 66 MiB: one object per granule */
+    EXPECT_EQ(stats(m).creates, 1 + (small ? 33 : 17));
+    EXPECT_EQ(stats(m).violations, 0);
+    CHECK_CLEAN(m);
+    cm_handle_release(b);
+    cm_handle_release(a);
+    cm_manager_destroy(m);
+  }
+}
+
 /* Under pressure memory is given back: on a device the first run filled,
  * a request that fits nowhere mapped makes the arena give back the free
  * objects (the refused map's fallback), then map only what it needs. */
@@ -797,6 +820,7 @@ int main(void) {
   CM_RUN(vm_default_holds_while_room);
   CM_RUN(vm_release_threshold);
   CM_RUN(vm_default_objects_large_device);
+  CM_RUN(vm_default_pieces_against_room);
   CM_RUN(vm_default_gives_back_under_pressure);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
