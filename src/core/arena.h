@@ -66,12 +66,13 @@
 #define HOLD_STEP_MAX_SHIFT 7
 #define ROOMY_SHIFT 4
 /* ... and a block's granules in objects of up to 1/2^PIECES_SHIFT of them
- * (at most about 16 objects a block, however large), unless the block is
- * more than 1/2^PIECES_ROOM_SHIFT of the free memory above half the device
- * (after the map): then objects of the configured size. Such a block is a
- * large part of what the device has left; once it is freed, its range is
- * carved again for other blocks, and under pressure a neighbour that touches
- * one granule of a larger object keeps the whole object from a trim. */
+ * (at most about 16 objects a block, however large). A block more than
+ * 1/2^PIECES_ROOM_SHIFT of the free memory above half the device (after the
+ * map) takes objects of the configured size instead, unless the owner
+ * relocates (its moves empty pieces whole): such a block is a large part of
+ * what the device has left; once it is freed its range is carved again for
+ * other blocks, and under pressure a neighbour that touches one granule of a
+ * larger object keeps the whole object from a trim. */
 #define PIECES_SHIFT 4
 #define PIECES_ROOM_SHIFT 4
 #define SEG_MIN (2ull << 20)

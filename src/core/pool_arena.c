@@ -31,8 +31,9 @@
  * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back (a
  * block's other granules: pieces of about a sixteenth of it, or single
  * granules when the block is more than a sixteenth of the free memory
- * above half the device: its range is carved again once it is freed, and a
- * piece one later neighbour touches could not go back);
+ * above half the device and the manager does not relocate: its range is
+ * carved again once it is freed, and a piece one later neighbour touches
+ * could not go back);
  * while the device stays more than 1 - 2^-ROOMY_SHIFT free the whole growth
  * is one object. Whether the device stays more than half free is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
