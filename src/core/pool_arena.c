@@ -60,9 +60,10 @@
  * Any other span (VM regions) shares its end granules with its neighbours: it
  * is carved from the end of the block (low or high) whose end granules cost
  * less - already touched by a block in use (0), mapped and free (1), not
- * mapped (3); the low end on a tie (place_off), except under pressure for a
- * span under two granules whose ends cost 1 either way: it goes to the end
- * whose partial granule has more free room. So it fills the granules that
+ * mapped (3); the low end on a tie (place_off), except, with the default
+ * object size under pressure, for a span under two granules whose ends cost
+ * 1 either way: it goes to the end whose partial granule has more free room.
+ * So it fills the granules that
  * blocks in use pin anyway before it pins a free granule: under pressure
  * those partly used granules are the memory no trim can give back, and the
  * smallest device is decided there. Not while the pool holds what it maps
