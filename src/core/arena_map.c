@@ -370,7 +370,12 @@ static map_plan plan_map(arena *a, uint64_t o, uint64_t s, uint64_t g0, uint64_t
     p.ob.omax = UINT32_MAX; /* 1 - 2^-ROOMY_SHIFT stays free: the growth is one object */
   } else { /* granules shared with neighbours: small objects; the growth: one object */
     if (a->room_omax > p.ob.omax) p.ob.omax = a->room_omax;
-    uint64_t q = (g1 - g0 + 1) >> PIECES_SHIFT; /* at most ~2^PIECES_SHIFT objects a block */
+    uint64_t n = g1 - g0 + 1, q = n >> PIECES_SHIFT; /* at most ~2^PIECES_SHIFT objects a block */
+    /* a block large against the room left: objects of the configured size,
+     * so none is kept whole later by a neighbour touching one of its granules
+     * (not when the owner relocates: its moves empty pieces whole, and
+     * measured better with them) */
+    if ((n << PIECES_ROOM_SHIFT) > (a->room_above >> a->gshift) && !a->base.ctx.relocate) q = 0;
     if (q > p.ob.omax) p.ob.omax = q;
     if (!large) {
       p.ob.own_lo = g1 + 1;

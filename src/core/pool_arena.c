@@ -28,7 +28,12 @@
  * mapped beyond it; a smaller block maps a whole step, one object (one
  * create, one map, one set-access). Near the half-free line the granules a
  * block shares with its neighbours are objects of up to total >>
- * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back;
+ * OBJECT_ROOM_SHIFT bytes, so a trim under pressure can give them back (a
+ * block's other granules: pieces of about a sixteenth of it, or single
+ * granules when the block is more than a sixteenth of the free memory
+ * above half the device and the manager does not relocate: its range is
+ * carved again once it is freed, and a piece one later neighbour touches
+ * could not go back);
  * while the device stays more than 1 - 2^-ROOMY_SHIFT free the whole growth
  * is one object. Whether the device stays more than half free is asked of the device every 64 such decisions and when
  * the answer is close to the line; in between, what the storage took since
@@ -55,7 +60,10 @@
  * Any other span (VM regions) shares its end granules with its neighbours: it
  * is carved from the end of the block (low or high) whose end granules cost
  * less - already touched by a block in use (0), mapped and free (1), not
- * mapped (3); the low end on a tie (place_off). So it fills the granules that
+ * mapped (3); the low end on a tie (place_off), except, with the default
+ * object size under pressure, for a span under two granules whose ends cost
+ * 1 either way: it goes to the end whose partial granule has more free room.
+ * So it fills the granules that
  * blocks in use pin anyway before it pins a free granule: under pressure
  * those partly used granules are the memory no trim can give back, and the
  * smallest device is decided there. Not while the pool holds what it maps
@@ -328,7 +336,7 @@ static inline void unlink_blk(region *r, ablk *x) {
   if (x->next) x->next->prev = x->prev;
 }
 
-/* A fit whose placement (place_off) is mapped already: scan up to `limit`
+/* A fit whose placement (place_off_at, without the tie rule) is mapped already: scan up to `limit`
  * blocks of span >= s, bins upward; smallest such block wins, its offset in
  * *off. NULL if none was seen. */
 static ablk *find_mapped_fit(arena *a, uint64_t s, int limit, uint64_t *off) {
@@ -339,7 +347,7 @@ static ablk *find_mapped_fit(arena *a, uint64_t s, int limit, uint64_t *off) {
     for (ablk *b = a->heads[i]; b && n < limit; b = b->fnext, n++) {
       if (b->s.span < s || (best && !better(b, best))) continue;
       region *r = b->rg;
-      uint64_t o = place_off(a, b, s);
+      uint64_t o = place_off_at(a, b, s, false);
       if (!r->vm || range_mapped(a, r, o, s)) {
         best = b;
         *off = o;

@@ -261,6 +261,39 @@ static void placement_fills_touched_granules(void) {
   }
 }
 
+/* A tie at cost 1 for a span under two granules (at either end of the hole
+ * one end granule is touched by a block in use and the other is mapped and
+ * free): the span goes to the end whose partial granule has more free room,
+ * so it fills more of the memory blocks in use pin anyway. */
+static void placement_tie_fills_larger_room(void) {
+  for (int high = 0; high < 2; high++) {
+    cm_pool_options_t o = arena();
+    cm_manager_t *m = mk(sim(0, false, 0), &o, 1); /* 2 MiB granules, no holding */
+    ASSERT(m != NULL);
+    uint64_t xs = high ? 1 * MiB + 768 * KiB : 1 * MiB + 256 * KiB;
+    cm_handle_t a = res(m, 4 * MiB);                 /* granules 0-1 */
+    cm_handle_t x = res(m, xs);                      /* [4, 4 + xs): granule 2 */
+    cm_handle_t f = res(m, 8 * MiB + 512 * KiB - 4 * MiB - xs); /* up to 8.5 MiB */
+    cm_handle_t y = res(m, 1 * MiB);                 /* [8.5, 9.5): granule 4 */
+    EXPECT_EQ(offset_of(m, x), 4 * MiB);
+    EXPECT_EQ(offset_of(m, y), 8 * MiB + 512 * KiB);
+    /* hole [4 + xs, 8.5): room in granule 2 above its start 0.25 MiB (high) or
+     * 0.75 MiB (low), in granule 4 below its end 0.5 MiB; granule 3 mapped */
+    cm_handle_release(f);
+    uint64_t before = held(m);
+    cm_handle_t e = res(m, 1 * MiB);
+    EXPECT_EQ(offset_of(m, e), high ? 7 * MiB + 512 * KiB : 4 * MiB + xs);
+    EXPECT_EQ(held(m), before); /* nothing mapped either way */
+    CHECK_CLEAN(m);
+    cm_handle_release(a);
+    cm_handle_release(x);
+    cm_handle_release(y);
+    cm_handle_release(e);
+    CHECK_CLEAN(m);
+    cm_manager_destroy(m);
+  }
+}
+
 static void zero_and_limits(void) {
   cm_pool_options_t o = arena();
   o.max_alloc_size = 1 * MiB;
@@ -510,6 +543,29 @@ static void vm_default_objects_large_device(void) {
   cm_handle_release(d);
   cm_handle_release(big);
   cm_manager_destroy(m);
+}
+
+/* A block that is not whole granules, while the device has room but is not
+ * roomy: its granules are pieces of about a sixteenth of the block, unless
+ * the block is more than a sixteenth of the free memory above half the
+ * device; then single granules, so a later neighbour touching one of them
+ * keeps no other granule from a trim. */
+static void vm_default_pieces_against_room(void) {
+  for (int small = 0; small < 2; small++) {
+    cm_manager_t *m = mk_arena(sim(small ? 1 * GiB : 64 * GiB, true, 0)); /* 2 MiB granules */
+    ASSERT(m != NULL);
+    cm_handle_t a = res(m, small ? 100 * MiB : 5 * GiB); /* whole granules: one object */
+    EXPECT_EQ(stats(m).creates, 1);
+    cm_handle_t b = res(m, 65 * MiB); /* 33 granules, no growth beyond them */
+    /* 64 GiB: 27 GiB above half, pieces of 2 granules; 1 GiB: 173 MiB
+     * above half, less than 16 x 66 MiB: one object per granule */
+    EXPECT_EQ(stats(m).creates, 1 + (small ? 33 : 17));
+    EXPECT_EQ(stats(m).violations, 0);
+    CHECK_CLEAN(m);
+    cm_handle_release(b);
+    cm_handle_release(a);
+    cm_manager_destroy(m);
+  }
 }
 
 /* Under pressure memory is given back: on a device the first run filled,
@@ -797,6 +853,8 @@ int main(void) {
   CM_RUN(vm_default_holds_while_room);
   CM_RUN(vm_release_threshold);
   CM_RUN(vm_default_objects_large_device);
+  CM_RUN(vm_default_pieces_against_room);
+  CM_RUN(placement_tie_fills_larger_room);
   CM_RUN(vm_default_gives_back_under_pressure);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
