@@ -314,19 +314,25 @@ static inline unsigned ends_cost(const arena *a, const region *r, uint64_t o, ui
  * (find_mapped_fit passes false). With a configured object size the end
  * choice is on at any device size (nothing is held), and the rule there
  * measured worse: gpt-train's fit with object=8MiB 1.0132 -> 1.0167. */
-static inline uint64_t place_off_at(const arena *a, const ablk *b, uint64_t s, bool tie) {
+static __attribute__((noinline, unused)) uint64_t place_end(const arena *a, const ablk *b, uint64_t s,
+                                                     unsigned lo, bool tie) {
+  uint64_t o = b->s.offset, h = o + b->s.span - s, m = a->gran - 1;
+  unsigned hc = ends_cost(a, b->rg, h, s);
+  if (hc != lo || lo != 1 || s >= 2 * a->gran || !tie || !a->owned) return hc < lo ? h : o;
+  /* a tie at 1 for a span under two granules: the end of b whose granule
+   * has more room below b's end (high) or above its start (low) */
+  uint64_t room_lo = a->gran - (o & m), e = (o + b->s.span) & m;
+  return (e ? e : a->gran) > room_lo ? h : o;
+}
+
+static inline __attribute__((always_inline)) uint64_t place_off_at(const arena *a, const ablk *b,
+                                                                   uint64_t s, bool tie) {
   uint64_t o = b->s.offset;
   if (__builtin_expect(!b->rg->vm || b->s.span == s, 0)) return o;
   if (__builtin_expect((s & (a->gran - 1)) != 0, 1)) {
     unsigned lo = ends_cost(a, b->rg, o, s);
     if (__builtin_expect(lo == 0 || !a->ends || !b->next, 1)) return o;
-    uint64_t h = o + b->s.span - s, m = a->gran - 1;
-    unsigned hc = ends_cost(a, b->rg, h, s);
-    if (hc != lo || lo != 1 || s >= 2 * a->gran || !tie || !a->owned) return hc < lo ? h : o;
-    /* a tie at 1 for a span under two granules: the end of b whose granule
-     * has more room below b's end (high) or above its start (low) */
-    uint64_t room_lo = a->gran - (o & m), e = (o + b->s.span) & m;
-    return (e ? e : a->gran) > room_lo ? h : o;
+    return place_end(a, b, s, lo, tie); /* under pressure: the end choice (out of line) */
   }
   uint64_t al = (o + a->gran - 1) & ~(a->gran - 1);
   return al - o <= b->s.span - s ? al : o;
