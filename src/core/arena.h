@@ -338,9 +338,9 @@ static inline uint64_t new_pins(const arena *a, const region *r, uint64_t o, uin
  * three before a half-empty one). Equal counts fall through to the cost and
  * room rules. Measured on the shared traces under pressure: train-then-eval
  * 3 -> 2 granules over the floor (its 2- to 8-granule blocks), no fit
- * worse; extended to all spans it cost ctx128-training a granule (its
- * 19-granule blocks), and in the search for an already mapped fit it
- * changed nothing. */
+ * worse, with any bound from 5 to 16 granules; from 20 granules up (and for
+ * all spans) it cost ctx128-training a granule (its 19-granule blocks), and
+ * in the search for an already mapped fit it changed nothing. */
 static __attribute__((noinline, unused)) uint64_t place_end(const arena *a, const ablk *b, uint64_t s,
                                                      unsigned lo, bool tie) {
   uint64_t o = b->s.offset, h = o + b->s.span - s, m = a->gran - 1;
