@@ -61,8 +61,10 @@
  * is carved from the end of the block (low or high) whose end granules cost
  * less - already touched by a block in use (0), mapped and free (1), not
  * mapped (3); the low end on a tie (place_off), except, with the default
- * object size under pressure, for a span under two granules whose ends cost
- * 1 either way: it goes to the end whose partial granule has more free room.
+ * object size under pressure: a span under eight granules goes first to
+ * the end where it touches fewer granules no block in use touches yet, and
+ * one under two granules whose ends cost 1 either way to the end whose
+ * partial granule has more free room.
  * So it fills the granules that
  * blocks in use pin anyway before it pins a free granule: under pressure
  * those partly used granules are the memory no trim can give back, and the

@@ -294,6 +294,41 @@ static void placement_tie_fills_larger_room(void) {
   }
 }
 
+/* Under pressure a span under PIN_SPAN_MAX granules goes to the end of its
+ * hole where it touches fewer granules that no block in use touches yet,
+ * even when the end costs tie (1 each way) and the span is too large for the
+ * room rule: a 5 MiB span (2.5 granules) in the hole [5.75, 15.5) MiB takes
+ * granules 2-5 at the low end (three new) but 5-7 at the high end (two
+ * new); in the hole [4.5, 16.25) it takes 2-4 low (two new), 5-8 high
+ * (three). */
+static void placement_fewer_new_granules(void) {
+  for (int high = 0; high < 2; high++) {
+    cm_pool_options_t o = arena();
+    cm_manager_t *m = mk(sim(0, false, 0), &o, 1); /* 2 MiB granules, no holding */
+    ASSERT(m != NULL);
+    uint64_t lo = high ? 5 * MiB + 768 * KiB : 4 * MiB + 512 * KiB; /* the hole's start */
+    uint64_t hi = high ? 15 * MiB + 512 * KiB : 16 * MiB + 256 * KiB; /* ... and end */
+    cm_handle_t a = res(m, 4 * MiB);      /* granules 0-1 */
+    cm_handle_t x = res(m, lo - 4 * MiB); /* [4, lo): granule 2 */
+    cm_handle_t f = res(m, hi - lo);      /* the hole-to-be */
+    cm_handle_t y = res(m, 1 * MiB);      /* [hi, hi + 1): touches the hole's last granule */
+    EXPECT_EQ(offset_of(m, f), lo);
+    EXPECT_EQ(offset_of(m, y), hi);
+    cm_handle_release(f);
+    uint64_t before = held(m);
+    cm_handle_t e = res(m, 5 * MiB);
+    EXPECT_EQ(offset_of(m, e), high ? hi - 5 * MiB : lo);
+    EXPECT_EQ(held(m), before); /* within mapped granules either way */
+    CHECK_CLEAN(m);
+    cm_handle_release(a);
+    cm_handle_release(x);
+    cm_handle_release(y);
+    cm_handle_release(e);
+    CHECK_CLEAN(m);
+    cm_manager_destroy(m);
+  }
+}
+
 static void zero_and_limits(void) {
   cm_pool_options_t o = arena();
   o.max_alloc_size = 1 * MiB;
@@ -855,6 +890,7 @@ int main(void) {
   CM_RUN(vm_default_objects_large_device);
   CM_RUN(vm_default_pieces_against_room);
   CM_RUN(placement_tie_fills_larger_room);
+  CM_RUN(placement_fewer_new_granules);
   CM_RUN(vm_default_gives_back_under_pressure);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
