@@ -344,12 +344,13 @@ static inline uint64_t new_pins(const arena *a, const region *r, uint64_t o, uin
 static __attribute__((noinline, unused)) uint64_t place_end(const arena *a, const ablk *b, uint64_t s,
                                                      unsigned lo, bool tie) {
   uint64_t o = b->s.offset, h = o + b->s.span - s, m = a->gran - 1;
-  if (tie && a->owned && s < PIN_SPAN_MAX * a->gran) {
+  bool rules = tie && a->owned; /* the two rules below: best fit, default objects */
+  if (rules && s < PIN_SPAN_MAX * a->gran) {
     uint64_t pl = new_pins(a, b->rg, o, s), ph = new_pins(a, b->rg, h, s);
     if (pl != ph) return ph < pl ? h : o;
   }
   unsigned hc = ends_cost(a, b->rg, h, s);
-  if (hc != lo || lo != 1 || s >= 2 * a->gran || !tie || !a->owned) return hc < lo ? h : o;
+  if (!rules || hc != lo || lo != 1 || s >= 2 * a->gran) return hc < lo ? h : o;
   /* a tie at 1 for a span under two granules: the end of b whose granule
    * has more room below b's end (high) or above its start (low) */
   uint64_t room_lo = a->gran - (o & m), e = (o + b->s.span) & m;

@@ -222,62 +222,37 @@ size_t cm__arena_display(cm__pool *p, char *buf, size_t cap) {
 
 /* The held bytes the live data does not use, in the two parts a trim cannot
  * give back: *partial, the free bytes of granules that used blocks only
- * partly fill (fragmentation), and *pinned, the free mapped granules of
- * physical objects that a used block still touches (an object goes back
- * only whole). VM regions; one pass over the blocks (address order) and one
- * over the mapped granules. Returns false when a scratch bitmap cannot be
- * allocated. */
-static bool held_unused(const arena *a, uint64_t *partial, uint64_t *pinned) {
-  *partial = *pinned = 0;
+ * partly fill (fragmentation: the mapped granules that are not free mapped,
+ * fm, less the used blocks' spans), and *pinned, the free mapped granules of
+ * physical objects that a used block still touches (an object goes back only
+ * whole). VM regions; one pass over the blocks and one over the objects. */
+static void held_unused(const arena *a, uint64_t *partial, uint64_t *pinned) {
+  uint64_t touched = 0, used = 0, pin = 0;
   for (uint32_t ri = 0; ri < a->nregs; ri++) {
     const region *r = a->regs[ri];
     if (!r || !r->vm || r->top == 0) continue;
-    uint64_t *touched = calloc((r->top + 63) / 64, sizeof *touched);
-    if (!touched) return false;
-    uint64_t cur = UINT64_MAX, in_cur = 0; /* the granule being filled and its used bytes */
-    for (const ablk *b = r->first; b; b = b->next) {
-      if (b->free || !b->s.mapped) continue;
-      uint64_t o = b->s.offset, e = o + b->s.span; /* [o, e) */
-      uint64_t g0 = o >> a->gshift, g1 = (e - 1) >> a->gshift;
-      if (g0 != cur) {
-        if (cur != UINT64_MAX) *partial += a->gran - in_cur;
-        cur = g0;
-        in_cur = 0;
-      }
-      if (g0 == g1) {
-        in_cur += e - o;
-      } else {
-        in_cur += ((g0 + 1) << a->gshift) - o;
-        if (in_cur < a->gran) *partial += a->gran - in_cur;
-        cur = g1;
-        in_cur = e - (g1 << a->gshift);
-      }
-      for (uint64_t g = g0; g <= g1 && g < r->top; g++) touched[g / 64] |= 1ull << (g % 64);
-    }
-    if (cur != UINT64_MAX) *partial += a->gran - in_cur;
+    touched += r->mapped_gran - fm_in(r, 0, r->top - 1);
+    for (const ablk *b = r->first; b; b = b->next)
+      if (!b->free && b->s.mapped) used += b->s.span;
     for (uint64_t g = 0; g < r->top;) {
       if (!cm__bit(r->mapped, g)) {
         g++;
         continue;
       }
-      uint64_t s = r->ostart[g], n = r->olen[s], hold = 0, fre = 0;
-      if (n == 0) n = 1; /* defensive: a granule outside the object table */
-      for (uint64_t k = s; k < s + n && k < r->top; k++) {
-        if (touched[k / 64] >> (k % 64) & 1) hold = 1;
-        else fre++;
-      }
-      if (hold) *pinned += fre << a->gshift;
-      g = s + n > g ? s + n : g + 1;
+      uint64_t o = r->ostart[g], n = r->olen[o] ? r->olen[o] : 1, fre = fm_in(r, o, o + n - 1);
+      if (fre < n) pin += fre; /* a used block touches the object */
+      g = o + n > g ? o + n : g + 1;
     }
-    free(touched);
   }
-  return true;
+  *partial = (touched << a->gshift) - used;
+  *pinned = pin << a->gshift;
 }
 
 size_t cm__arena_explain_oom(cm__pool *p, char *buf, size_t cap) {
   arena *a = AR(p);
   uint64_t partial = 0, pinned = 0;
-  if (!a->vm || cap == 0 || !held_unused(a, &partial, &pinned)) return 0;
+  if (!a->vm || cap == 0) return 0;
+  held_unused(a, &partial, &pinned);
   char h[32], l[32], f[32], o[32];
   cm_format_bytes(a->held, h, sizeof h);
   cm_format_bytes(p->usage.bytes_in_use, l, sizeof l);
