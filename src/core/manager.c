@@ -461,6 +461,24 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
   int rc = retry_after_release_only(m, p, size, eff, lazy, s, d2);
   if (rc == CM_EOOM && m->relocate && !lazy)
     rc = retry_after_relocation(m, p, size, eff, lazy, s, d2);
+  if (rc == CM_EOOM && p->vt->alloc_tight) {
+    cm_diag_t d3;
+    cm_diag_clear(&d3);
+    int r2 = p->vt->alloc_tight(p, size, eff, lazy, s, &d3);
+    cm__manager_take_reserved(m, p);
+    if (r2 != CM_EOOM) { /* served, or a different error that stands */
+      rc = r2;
+      if (r2 != CM_OK) *d2 = d3;
+    }
+    if (r2 == CM_OK && LOG_ON(m, CM_LOG_BASIC)) {
+      char b1[32];
+      cm_format_bytes(size, b1, sizeof b1);
+      cm_logger_printf(m->logger, CM_LOG_BASIC,
+                       "[%s] Out of device memory for an allocation of %s at its best fit: "
+                       "served where it maps fewer granules",
+                       m->name, b1);
+    }
+  }
   if (rc == CM_EOOM && p->vt->explain_oom) explain_oom(p, d2);
   return rc;
 }

@@ -162,6 +162,15 @@ typedef struct cm__pool_vt {
    * when cap > 0) a sentence on where the pool's held memory that is not
    * live lies; returns its length (0: nothing to say). Cold: may scan. */
   size_t (*explain_oom)(cm__pool *p, char *buf, size_t cap);
+  /* Optional: after a reservation the device refused even once the pools
+   * gave back what they could (and relocation, when enabled, moved what it
+   * could), grow the pool at the placement that needs the least new memory,
+   * when that is less than alloc's placement needed. Only ever called where
+   * the reservation would fail otherwise, so it changes nothing on a device
+   * that serves every reservation. Errors as alloc's; CM_EOOM (diag
+   * untouched) when no placement needs less. Cold: may scan. */
+  int (*alloc_tight)(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
+                     cm_diag_t *diag);
 } cm__pool_vt;
 
 struct cm__pool {

@@ -99,7 +99,11 @@
  * its second iteration has re-mapped what the first trimmed. When the device
  * refuses a map (CM_EOOM), every other free mapped object is given back and
  * only the request's own granules are mapped again (then the manager gives
- * back the other pools' cached memory and retries once). The periodic
+ * back the other pools' cached memory and retries once; when the device
+ * still refuses, alloc_tight places the request where it needs the fewest
+ * granules not mapped yet, a free block's low or high end, so a request that
+ * fits next to a granule live blocks only partly fill is served rather than
+ * refused). The periodic
  * cleanup unmaps what stayed free for a whole period (low-water mark of the
  * free mapped count); the explicit cleanup unmaps everything free and gives
  * back address ranges with nothing in use.
@@ -453,6 +457,21 @@ static int beyond_device(const arena *a, uint64_t s, cm_diag_t *diag) {
                       s, total);
 }
 
+/* Carve span s at offset off of free block b, whose range is mapped (or
+ * counted as mapped by a dry run): a slice on virtual granules (lazy) or in
+ * a lazy segment stays unmapped until materialized. */
+static cm__slice *place_mapped(arena *a, ablk *b, uint64_t s, uint64_t off, bool lazy) {
+  region *r = b->rg;
+  ablk *u = cm__arena_place_at(a, b, s, off);
+  if (r->vm ? lazy && virt_in(a, r, u->s.offset >> a->gshift,
+                              (u->s.offset + u->s.span - 1) >> a->gshift)
+            : r->lazy) {
+    u->s.mapped = 0;
+    a->base.pages_unmapped++;
+  }
+  return &u->s;
+}
+
 static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
                  cm_diag_t *diag) {
   arena *a = AR(p);
@@ -481,15 +500,51 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
     int rc = seg_back(a, r, diag); /* eager memory is always backed */
     if (rc != CM_OK) return rc;
   }
-  ablk *u = cm__arena_place_at(a, b, s, off);
-  if (r->vm ? lazy && virt_in(a, r, u->s.offset >> a->gshift,
-                              (u->s.offset + u->s.span - 1) >> a->gshift)
-            : r->lazy) {
-    u->s.mapped = 0;
-    p->pages_unmapped++;
-  }
+  *out = place_mapped(a, b, s, off, lazy);
   (void)size;
-  *out = &u->s;
+  return CM_OK;
+}
+
+/* pool.h's alloc_tight. Every free block of span >= s in a VM region is a
+ * candidate at its low end and at its high end (and, for a whole number of
+ * granules, at its first granule boundary); the one whose range has the
+ * fewest granules not mapped yet wins (ties: the better block, then the low
+ * end), when it has fewer than alloc's own placement. A cold path: it scans
+ * every free block once. */
+static int alloc_tight(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
+                       cm_diag_t *diag) {
+  arena *a = AR(p);
+  (void)size;
+  if (!a->vm) return CM_EOOM;
+  uint64_t s = span_of(a, eff), m = a->gran - 1, boff = 0, bneed = UINT64_MAX;
+  ablk *best = NULL, *b0 = find_fit(a, s);
+  if (b0 && b0->rg->vm) {
+    uint64_t o = place_off(a, b0, s);
+    bneed = unmapped_in(b0->rg, o >> a->gshift, (o + s - 1) >> a->gshift);
+  }
+  for (uint32_t i = bin_of(s); i != NBINS; i = next_bin(a, i)) {
+    for (ablk *b = a->heads[i]; b; b = b->fnext) {
+      if (b->s.span < s || !b->rg->vm) continue;
+      uint64_t cand[3] = {b->s.offset, b->s.offset + b->s.span - s, b->s.offset};
+      if (!(s & m)) {
+        uint64_t al = (b->s.offset + m) & ~m;
+        if (al - b->s.offset <= b->s.span - s) cand[2] = al;
+      }
+      for (int k = 0; k < 3; k++) {
+        uint64_t o = cand[k];
+        uint64_t need = unmapped_in(b->rg, o >> a->gshift, (o + s - 1) >> a->gshift);
+        if (need < bneed) {
+          bneed = need;
+          best = b;
+          boff = o;
+        }
+      }
+    }
+  }
+  if (!best) return CM_EOOM;
+  int rc = cm__arena_map_for(a, best, s, boff, lazy, diag);
+  if (rc != CM_OK) return rc;
+  *out = place_mapped(a, best, s, boff, lazy);
   return CM_OK;
 }
 
@@ -706,6 +761,7 @@ static const cm__pool_vt k_arena_vt = {
     .reloc_plan = cm__arena_reloc_plan,
     .guard = cm__arena_guard,
     .explain_oom = cm__arena_explain_oom,
+    .alloc_tight = alloc_tight,
 };
 
 int cm__pool_arena_new(const cm__pool_ctx *ctx, const cm_pool_options_t *o, uint8_t pos,

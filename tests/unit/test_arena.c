@@ -814,6 +814,43 @@ static void display_mentions_regions(void) {
  * memory that is not live lies: the free parts of partly filled granules
  * (fragmentation) and free granules inside physical objects a live block
  * still holds, with the option that gives the latter back. */
+/* A reservation the device refuses at the best fit is served at the
+ * placement that needs the fewest granules the device does not hold yet:
+ * the hole [0, 4) MiB (unmapped: two granules) is the best fit for 3 MiB,
+ * but the device has one granule left; the top block starts in granule 8,
+ * which z touches, so [16.5, 19.5) MiB needs one. */
+static void oom_tries_tighter_placement(void) {
+  cm_pool_options_t o = arena();
+  o.max_object_size = 2 * MiB; /* single-granule objects: every free granule can go */
+  cm_manager_t *m = mk(sim(16 * MiB, true, 0), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t a = res(m, 4 * MiB); /* [0, 4): granules 0-1 */
+  cm_handle_t x = res(m, 1 * MiB); /* [4, 5): granule 2 */
+  cm_handle_release(a);
+  cm_manager_cleanup(m, true); /* granules 0-1 go back */
+  cm_handle_t z = res(m, 11 * MiB + 512 * KiB); /* [5, 16.5): granules 2-8 */
+  EXPECT_EQ(offset_of(m, z), 5 * MiB);
+  EXPECT_EQ(held(m), 14 * MiB); /* granules 2-8: one granule of the device left */
+  cm_handle_t e = res(m, 3 * MiB);
+  EXPECT_EQ(offset_of(m, e), 16 * MiB + 512 * KiB);
+  EXPECT_EQ(held(m), 16 * MiB);
+  EXPECT_EQ(stats(m).violations, 0);
+  CHECK_CLEAN(m);
+  /* nothing needs less than the device has: the error stands, state intact */
+  cm_handle_t f = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_EQ(cm_manager_reserve(m, 3 * MiB, &f, &d), CM_EOOM);
+  EXPECT_CONTAINS(d.message, "out of memory");
+  EXPECT_EQ(held(m), 16 * MiB);
+  CHECK_CLEAN(m);
+  cm_handle_release(x);
+  cm_handle_release(z);
+  cm_handle_release(e);
+  CHECK_CLEAN(m);
+  cm_manager_destroy(m);
+}
+
 static void oom_explains_held_memory(void) {
   /* single-granule objects: fragmentation only. Ten 1.5 MiB blocks, every
    * other one freed: granules 0-6 keep 7.5 MiB live in 14 MiB. */
@@ -892,6 +929,7 @@ int main(void) {
   CM_RUN(placement_tie_fills_larger_room);
   CM_RUN(placement_fewer_new_granules);
   CM_RUN(vm_default_gives_back_under_pressure);
+  CM_RUN(oom_tries_tighter_placement);
   CM_RUN(vm_periodic_trim);
   CM_RUN(vm_cap);
   CM_RUN(vm_map_failure_leaves_state);
