@@ -122,6 +122,8 @@ void cm__arena_guard(cm__pool *p, cm__slice *sl, int64_t delta) {
     a->gvt = *p->vt;
     a->gvt.try_reserve = guarded_try_reserve;
     a->gvt.alloc = guarded_alloc;
+    /* the last-resort placement knows nothing of guards: none while any is held */
+    a->gvt.alloc_tight = NULL;
   }
   p->vt = a->guarded ? &a->gvt : a->plain_vt;
 }

@@ -508,9 +508,11 @@ static int alloc(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice 
 /* pool.h's alloc_tight. Every free block of span >= s in a VM region is a
  * candidate at its low end and at its high end (and, for a whole number of
  * granules, at its first granule boundary); the one whose range has the
- * fewest granules not mapped yet wins (ties: the better block, then the low
- * end), when it has fewer than alloc's own placement. A cold path: it scans
- * every free block once. */
+ * fewest granules not mapped yet wins (ties: the first seen, bins upward,
+ * so the smaller block), when it has fewer than alloc's own placement. A
+ * cold path: it scans every free block once. Not while guards are held
+ * (arena_guard.c leaves it out of the guarded entries: it would ignore
+ * them). */
 static int alloc_tight(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__slice **out,
                        cm_diag_t *diag) {
   arena *a = AR(p);
@@ -525,12 +527,11 @@ static int alloc_tight(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__
   for (uint32_t i = bin_of(s); i != NBINS; i = next_bin(a, i)) {
     for (ablk *b = a->heads[i]; b; b = b->fnext) {
       if (b->s.span < s || !b->rg->vm) continue;
-      uint64_t cand[3] = {b->s.offset, b->s.offset + b->s.span - s, b->s.offset};
-      if (!(s & m)) {
-        uint64_t al = (b->s.offset + m) & ~m;
-        if (al - b->s.offset <= b->s.span - s) cand[2] = al;
-      }
-      for (int k = 0; k < 3; k++) {
+      uint64_t cand[3] = {b->s.offset, b->s.offset + b->s.span - s, 0};
+      uint64_t al = (b->s.offset + m) & ~m;
+      int n = 2;
+      if (!(s & m) && al - b->s.offset <= b->s.span - s) cand[n++] = al;
+      for (int k = 0; k < n; k++) {
         uint64_t o = cand[k];
         uint64_t need = unmapped_in(b->rg, o >> a->gshift, (o + s - 1) >> a->gshift);
         if (need < bneed) {
