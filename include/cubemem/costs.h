@@ -29,7 +29,10 @@
  * so the model underestimates them. Stream waits are counted as one per VM
  * unmap operation (the CUDA storage waits for its stream before each one);
  * the model charges an idle stream, not the GPU work a real run would wait
- * for.
+ * for. An alias (storage.h's vm_alias) is counted as a map per object plus
+ * one set-access, its removal as an unmap per object; the retain of the
+ * handle and the release of that reference have no published cost, touch
+ * no memory and are not counted.
  *
  * A cost file is TOML with one table:
  *

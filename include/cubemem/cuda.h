@@ -21,7 +21,9 @@
  *    call fails; each pointer is freed the way it was allocated). dealloc
  *    queues the id; flush frees the queue. Zero-byte allocations get an id and
  *    no driver call. Also events and virtual memory (cuMemAddressReserve /
- *    cuMemCreate / cuMemMap ...), alignment 512.
+ *    cuMemCreate / cuMemMap ...), with aliases (storage.h's vm_alias:
+ *    cuMemRetainAllocationHandle + cuMemMap) when the driver has
+ *    cuMemRetainAllocationHandle, alignment 512.
  *  - pinned host storage (cm_cuda_pinned_storage_create): cuMemAllocHost /
  *    cuMemFreeHost, freed at once, alignment 16; get() returns a host pointer.
  *

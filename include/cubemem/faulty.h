@@ -2,10 +2,13 @@
  * cubemem/faulty.h - a fault-injecting storage decorator for tests.
  *
  * cm_storage_faulty_create() wraps any storage and forwards every call to it,
- * except that the calls that obtain memory - alloc and vm_map, plus vm_reserve,
- * copy and copy_wait when asked - fail according to a plan: only the Nth such call, the Nth and
+ * except that the calls that obtain memory or mappings - alloc, vm_map and
+ * vm_alias, plus vm_reserve, copy and copy_wait when asked - fail according
+ * to a plan: only the Nth such call, the Nth and
  * every later one, or each call at random with a fixed seed. An injected
- * failure returns the configured status (CM_EOOM or CM_ESTORAGE), fills diag
+ * failure returns the configured status (CM_EOOM or CM_ESTORAGE; always
+ * CM_ESTORAGE for vm_alias, which makes no memory and so is never out of
+ * it), fills diag
  * with a message naming the call number, and does not reach the inner
  * storage, so the failed call changes nothing - exactly the contract a real
  * backend keeps on failure. Everything else (dealloc, flush, get, events,
@@ -44,7 +47,10 @@ typedef enum cm_fault_mode {
  * in the default mask: ask for them. */
 #define CM_FAULT_OP_COPY 0x8u
 #define CM_FAULT_OP_COPY_WAIT 0x10u
-#define CM_FAULT_OP_DEFAULT (CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP)
+/* A second mapping of existing objects (vm_alias; made by the arena only
+ * when the device is out of memory). In the default mask, as vm_map is. */
+#define CM_FAULT_OP_VM_ALIAS 0x20u
+#define CM_FAULT_OP_DEFAULT (CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP | CM_FAULT_OP_VM_ALIAS)
 
 typedef struct cm_fault_plan {
   cm_fault_mode_t mode;
@@ -60,7 +66,7 @@ CM_API void cm_fault_plan_init(cm_fault_plan_t *plan);
 
 /* Wrap `inner` in a fault-injecting storage (named "faulty"). `plan` is
  * copied; NULL means "never fail". The decorator offers the same optional
- * operations (VM, events) as `inner`.
+ * operations (VM, aliases, events, copies) as `inner`.
  * Errors: CM_EINVAL (NULL inner/out, error not CM_EOOM/CM_ESTORAGE, ppm >
  * 1000000, unknown mode), CM_ENOMEM. On failure the caller keeps `inner`. */
 CM_API CM_NODISCARD int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,

@@ -98,10 +98,15 @@ typedef struct cm_storage_ops {
    *  - vm_unmap removes mappings only whole: [offset, offset+size) must be
    *    tiled exactly by existing mappings of `piece` bytes each. Each one is
    *    unmapped and its object released (its memory is free again).
-   *  - vm_release gives back a reservation that has no mapping left.
+   *  - vm_release gives back a reservation that has no mapping left
+   *    (aliases, below, included).
    * Driver calls, as counted in cm_storage_stats_t: vm_map = size/piece
    * creates + size/piece maps + 1 set-access; vm_unmap = size/piece unmaps +
-   * size/piece releases; vm_reserve / vm_release one call each. */
+   * size/piece releases; vm_reserve / vm_release one call each.
+   * The optional vm_alias (at the end of this table) adds a second kind of
+   * mapping: an alias maps objects that vm_map made a second time, at
+   * another address; its rules are given there. What is said above of
+   * mappings holds for aliases too unless said otherwise there. */
   /* Mapping granule in bytes; 0 or NULL callback means "no VM support". */
   uint64_t (*vm_granularity)(void *ctx);
   /* Reserve `size` bytes of address space (no physical memory); the range is
@@ -158,6 +163,46 @@ typedef struct cm_storage_ops {
   int (*copy)(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id, uint64_t src_off,
               uint64_t size, cm_diag_t *diag);
   int (*copy_wait)(void *ctx, cm_diag_t *diag);
+
+  /* --- optional: a second mapping of existing physical objects -----------
+   * vm_alias maps each object behind [src_off, src_off+size) of reservation
+   * src_id once more, in order, at [dst_off, dst_off+size) of reservation
+   * dst_id, and sets read-write access on the whole destination range in one
+   * call (CUDA: per object cuMemRetainAllocationHandle on its address,
+   * cuMemMap of the handle at the new address, cuMemRelease of the retained
+   * reference, which the new mapping does not need; then one
+   * cuMemSetAccess). No memory is created: the bytes held do not change, and
+   * both addresses show the same bytes. The rules, each refused with
+   * CM_EINVAL and a message, changing nothing:
+   *  - the source range is tiled exactly by ORIGINAL mappings (made by
+   *    vm_map) of `piece` bytes each, vm_unmap's rule; an alias cannot be
+   *    aliased;
+   *  - the destination follows vm_map's rules: dst_off a multiple of G, the
+   *    range inside reservation dst_id, overlapping no mapping there (dst_id
+   *    may be src_id: the two ranges then differ and do not overlap);
+   *  - an alias is removed by vm_unmap like any mapping: whole alias mappings
+   *    of `piece` bytes tiling the range exactly. That removes the alias
+   *    only: no object is released, the bytes held do not change. One
+   *    vm_unmap call removes either original mappings only or aliases only;
+   *    a range holding both is refused;
+   *  - an original mapping is not unmapped while an alias of it exists (the
+   *    message names the alias). The driver itself would keep the memory
+   *    until its last mapping went; the contract is stricter, and every
+   *    backend enforces it the same way;
+   *  - an object may have several aliases; vm_release refuses a reservation
+   *    that still holds an alias, as it refuses one with any mapping.
+   * Errors: CM_EINVAL (contract), CM_EHANDLE (unknown reservation),
+   * CM_ESTORAGE (the driver failed: nothing this call mapped stays mapped),
+   * CM_ENOMEM (host memory). On any failure nothing changes.
+   * Driver calls, as counted in cm_storage_stats_t: vm_alias = size/piece
+   * maps + 1 set-access (no create); vm_unmap of aliases = size/piece unmaps
+   * (no release). The retain and the release of the retained reference are
+   * driver calls too, but they touch no memory and no cost is published for
+   * them: they are not counted. NULL means not supported (the simulated
+   * device and the CUDA storage support it; host and Vulkan storage do
+   * not). */
+  int (*vm_alias)(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                  uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag);
 } cm_storage_ops_t;
 
 typedef struct cm_storage cm_storage_t;
@@ -168,9 +213,10 @@ typedef struct cm_storage cm_storage_t;
 typedef struct cm_storage_stats {
   uint64_t allocs;          /* successful alloc calls (plain device allocations) */
   uint64_t deallocs;        /* dealloc calls (plain frees) */
-  uint64_t failed_allocs;   /* alloc or vm_map calls that failed */
-  uint64_t maps;            /* successful vm_map operations (runs of pieces) */
-  uint64_t unmaps;          /* successful vm_unmap operations (runs of pieces) */
+  uint64_t failed_allocs;   /* alloc, vm_map or vm_alias calls that failed */
+  uint64_t maps;            /* successful vm_map and vm_alias operations (runs of pieces) */
+  uint64_t unmaps;          /* successful vm_unmap operations, of mappings or of
+                               aliases (runs of pieces) */
   uint64_t bytes_held;      /* allocated + mapped bytes now */
   uint64_t bytes_held_peak; /* high-water mark of bytes_held */
   uint64_t vm_reserved;     /* bytes of address space reserved now */
@@ -180,14 +226,15 @@ typedef struct cm_storage_stats {
   /* Driver calls by kind (storage.h's VM contract says how operations map to
    * calls): plain allocations and frees are `allocs` and `deallocs`. */
   uint64_t creates;         /* physical memory objects created */
-  uint64_t map_calls;       /* mappings made (one per object) */
-  uint64_t unmap_calls;     /* mappings removed */
+  uint64_t map_calls;       /* mappings made (one per object; aliases included) */
+  uint64_t unmap_calls;     /* mappings removed (aliases included) */
   uint64_t releases;        /* physical memory objects released */
-  uint64_t set_access;      /* access-setting calls (one per vm_map) */
+  uint64_t set_access;      /* access-setting calls (one per vm_map or vm_alias) */
   uint64_t reserves;        /* address ranges reserved */
   uint64_t address_frees;   /* address ranges given back */
-  /* Time (timing on) by operation: alloc, dealloc+flush, vm_map (create, map
-   * and set-access), vm_unmap (unmap and release), vm_reserve+vm_release. */
+  /* Time (timing on) by operation: alloc, dealloc+flush, vm_map and vm_alias
+   * (create, map and set-access), vm_unmap (unmap and release, of mappings
+   * and of aliases), vm_reserve+vm_release. */
   uint64_t time_alloc_ns, time_free_ns, time_map_ns, time_unmap_ns, time_reserve_ns;
   uint64_t errors;          /* backend calls that failed other than for memory (EOOM) */
   uint64_t violations;      /* of which refused as contract violations (EINVAL, EHANDLE) */
@@ -279,7 +326,8 @@ CM_API CM_NODISCARD int cm_storage_copy_wait(cm_storage_t *s, cm_diag_t *diag);
  * address space) as the streams of one GPU do, while each share counts its
  * own calls (cm_storage_stats of the share; the device's own counters do not
  * move). The share offers what the device's backend offers: virtual memory
- * when cm_storage_has_vm(device), copies (relocation) when
+ * when cm_storage_has_vm(device) (and aliases, vm_alias, when the device's
+ * backend has them), copies (relocation) when
  * cm_storage_can_copy(device), events, poisoning, memory information and
  * timing (started on the share when the device's timing is on); not the
  * time by driver call, which is the device's. Ownership: the share does not
@@ -297,8 +345,9 @@ CM_API CM_NODISCARD int cm_storage_share_create(cm_storage_t *device, cm_storage
  * a power of two >= 1; 0 means 64). Deallocation is immediate. Supports VM
  * (granule 64 KiB) with real memory, under the contract above exactly as the
  * simulated device enforces it (a violating call fails with CM_EINVAL,
- * changes nothing, and the wrapper counts it in stats.violations). Under
- * AddressSanitizer the bytes of free
+ * changes nothing, and the wrapper counts it in stats.violations); no
+ * vm_alias (its granules are private anonymous memory, which cannot be
+ * mapped at a second address). Under AddressSanitizer the bytes of free
  * and cached slices are poisoned by the manager. Errors: CM_EINVAL, CM_ENOMEM. */
 CM_API CM_NODISCARD int cm_storage_host_create(uint64_t alignment, cm_storage_t **out);
 
@@ -308,7 +357,8 @@ CM_API CM_NODISCARD int cm_storage_host_create(uint64_t alignment, cm_storage_t 
  * CM_EINVAL, changes nothing and is counted). `capacity` bytes (0 =
  * unlimited) bound allocated plus mapped bytes; when `fail_over_capacity` is
  * true a call that would exceed it fails with CM_EOOM, else it succeeds and is
- * only counted. `granularity` is the VM granule (0 = 2 MiB, as on CUDA; a
+ * only counted; aliases (vm_alias) count nothing against it, as they hold no
+ * new memory. `granularity` is the VM granule (0 = 2 MiB, as on CUDA; a
  * power of two, at least 512). Plain allocations are 512-aligned, reservations
  * granule-aligned, addresses start at 0x100000000 and are never reused.
  * get() returns addr with host NULL. Errors: CM_EINVAL, CM_ENOMEM. */
@@ -320,11 +370,12 @@ typedef struct cm_sim_state {
   uint64_t violations;      /* calls refused as contract violations (CM_EINVAL) */
   uint64_t allocations;     /* plain allocations live */
   uint64_t reservations;    /* address ranges reserved */
-  uint64_t mappings;        /* mappings (physical objects) live */
+  uint64_t mappings;        /* mappings (physical objects) live; aliases not included */
   uint64_t bytes_used;      /* allocated + mapped bytes: what counts against the capacity */
   uint64_t bytes_used_peak; /* high-water mark of bytes_used */
   uint64_t capacity;        /* as created (0 = unlimited) */
   char last_violation[192]; /* the latest violation's message, "" if none */
+  uint64_t aliases;         /* alias mappings live (vm_alias; one per object aliased) */
 } cm_sim_state_t;
 
 /* Fill *out for a storage made by cm_storage_sim_create (wrapped by nothing

@@ -8,13 +8,15 @@
  * decorator. Calls go straight to the inner backend's ops (not through the
  * inner wrapper), so the statistics are counted once, by the outer wrapper.
  *
- * The counted operations (alloc, vm_map, optionally vm_reserve) get a 1-based
+ * The counted operations (alloc, vm_map, vm_alias, optionally vm_reserve,
+ * copy and copy_wait) get a 1-based
  * call number. Before forwarding, the plan decides whether this call fails:
  *   NTH       call == nth
  *   FROM_NTH  call >= nth
  *   RANDOM    next xorshift64* value % 1000000 < ppm (one draw per call)
- * An injected failure returns plan.error with a diag message and does not
- * reach the inner storage, so nothing changes - the backend contract.
+ * An injected failure returns plan.error (CM_ESTORAGE for vm_alias, whose
+ * contract has no out-of-memory) with a diag message and does not reach the
+ * inner storage, so nothing changes - the backend contract.
  *
  * Invariants: `calls` counts every counted call, `injected` <= `calls`;
  * both are atomics so other threads may read them. The plan is changed only
@@ -64,7 +66,7 @@ static int plan_normalise(const cm_fault_plan_t *in, cm_fault_plan_t *out) {
   if (p.ppm > 1000000u) return CM_EINVAL;
   if ((int)p.mode < (int)CM_FAULT_NONE || (int)p.mode > (int)CM_FAULT_RANDOM) return CM_EINVAL;
   if (p.ops & ~(unsigned)(CM_FAULT_OP_ALLOC | CM_FAULT_OP_VM_MAP | CM_FAULT_OP_VM_RESERVE |
-                          CM_FAULT_OP_COPY | CM_FAULT_OP_COPY_WAIT))
+                          CM_FAULT_OP_COPY | CM_FAULT_OP_COPY_WAIT | CM_FAULT_OP_VM_ALIAS))
     return CM_EINVAL;
   *out = p;
   return CM_OK;
@@ -91,6 +93,7 @@ static uint64_t rng_next(uint64_t *s) {
 /* Count one call of operation `op`; returns non-zero (the status to inject)
  * when the plan says this call fails. */
 static int decide(faulty_ctx *c, unsigned op, const char *what, cm_diag_t *diag) {
+  int error = op == CM_FAULT_OP_VM_ALIAS ? CM_ESTORAGE : c->plan.error;
   if (!(c->plan.ops & op)) return CM_OK;
   uint64_t n = atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed) + 1;
   bool fail = false;
@@ -109,8 +112,8 @@ static int decide(faulty_ctx *c, unsigned op, const char *what, cm_diag_t *diag)
   }
   if (!fail) return CM_OK;
   atomic_fetch_add_explicit(&c->injected, 1, memory_order_relaxed);
-  return cm__diag_set(diag, c->plan.error, "faulty storage: injected %s on %s call %llu",
-                      cm_err_name(c->plan.error), what, (unsigned long long)n);
+  return cm__diag_set(diag, error, "faulty storage: injected %s on %s call %llu",
+                      cm_err_name(error), what, (unsigned long long)n);
 }
 
 static uint64_t faulty_alignment(void *ctx) {
@@ -191,6 +194,14 @@ static int faulty_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   return c->iops->vm_release(c->ictx, id, diag);
 }
 
+static int faulty_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                           uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag) {
+  faulty_ctx *c = ctx;
+  int rc = decide(c, CM_FAULT_OP_VM_ALIAS, "vm_alias", diag);
+  if (rc) return rc;
+  return c->iops->vm_alias(c->ictx, dst_id, dst_off, src_id, src_off, size, piece, diag);
+}
+
 static int faulty_copy(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
                        uint64_t src_off, uint64_t size, cm_diag_t *diag) {
   faulty_ctx *c = ctx;
@@ -260,6 +271,7 @@ int cm_storage_faulty_create(cm_storage_t *inner, const cm_fault_plan_t *plan,
   if (io->vm_map) c->ops.vm_map = faulty_vm_map;
   if (io->vm_unmap) c->ops.vm_unmap = faulty_vm_unmap;
   if (io->vm_release) c->ops.vm_release = faulty_vm_release;
+  if (io->vm_alias) c->ops.vm_alias = faulty_vm_alias;
   if (io->mem_info) c->ops.mem_info = faulty_mem_info;
   if (io->poison) c->ops.poison = faulty_poison;
   if (io->set_timing) c->ops.set_timing = faulty_set_timing;

@@ -7,7 +7,10 @@
  * storage.h's contract, the driver's, as strictly as the simulated device
  * does (vmtrack.h, shared with it): overlapping maps, partial unmaps and
  * releases of ranges that still have mappings are refused with CM_EINVAL
- * and change nothing.
+ * and change nothing. There is no vm_alias (a second mapping of the same
+ * memory): granules are private anonymous memory, which mmap cannot show at
+ * a second address; aliasing would need every reservation backed by a
+ * shared file instead. cm__storage_has_alias is false for it.
  * Exports: cm_storage_host_create.
  */
 #include <stdlib.h>

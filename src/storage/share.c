@@ -9,7 +9,7 @@
  * wrapper: the device's own counters do not move, each share's do. The
  * optional operations are forwarded when the device's backend has them and
  * absent otherwise, so the wrapper and the manager see the same capabilities
- * through a share as through the device (virtual memory, copies); events,
+ * through a share as through the device (virtual memory, aliases, copies); events,
  * poisoning, memory information and timing answer as a storage without them
  * would. Time by driver call (call_times) is not forwarded: it is the
  * device's, and would count once per share.
@@ -68,6 +68,10 @@ static int sh_vm_unmap(void *c, uint64_t id, uint64_t off, uint64_t size, uint64
 static int sh_vm_release(void *c, uint64_t id, cm_diag_t *d) {
   return OPS(c)->vm_release(CTX(c), id, d);
 }
+static int sh_vm_alias(void *c, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                       uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *d) {
+  return OPS(c)->vm_alias(CTX(c), dst_id, dst_off, src_id, src_off, size, piece, d);
+}
 static void sh_poison(void *c, uint64_t id, uint64_t off, uint64_t size, bool p) {
   if (OPS(c)->poison) OPS(c)->poison(CTX(c), id, off, size, p);
 }
@@ -84,9 +88,10 @@ static int sh_copy(void *c, uint64_t dst_id, uint64_t dst_off, uint64_t src_id, 
 }
 static int sh_copy_wait(void *c, cm_diag_t *d) { return OPS(c)->copy_wait(CTX(c), d); }
 
-/* The shares' operations, with (VM) or without virtual memory and with (CP)
- * or without copies: the wrapper reads a NULL op as "not supported". */
-#define SHARE_OPS(VM, CP)                                                                     \
+/* The shares' operations, with (VM) or without virtual memory, with (AL) or
+ * without aliases (VM only) and with (CP) or without copies: the wrapper
+ * reads a NULL op as "not supported". */
+#define SHARE_OPS(VM, AL, CP)                                                                 \
   {.name = "share", .alignment = sh_alignment, .alloc = sh_alloc, .dealloc = sh_dealloc,      \
    .flush = sh_flush, .get = sh_get, .release = sh_release, .event_record = sh_ev_record,     \
    .event_query = sh_ev_query, .event_sync = sh_ev_sync, .event_destroy = sh_ev_destroy,      \
@@ -94,15 +99,19 @@ static int sh_copy_wait(void *c, cm_diag_t *d) { return OPS(c)->copy_wait(CTX(c)
    .vm_map = VM ? sh_vm_map : NULL, .vm_unmap = VM ? sh_vm_unmap : NULL,                      \
    .vm_release = VM ? sh_vm_release : NULL, .poison = sh_poison, .mem_info = sh_mem_info,     \
    .set_timing = sh_set_timing, .copy = CP ? sh_copy : NULL,                                  \
-   .copy_wait = CP ? sh_copy_wait : NULL}
-static const cm_storage_ops_t share_ops[2][2] = {{SHARE_OPS(0, 0), SHARE_OPS(0, 1)},
-                                                 {SHARE_OPS(1, 0), SHARE_OPS(1, 1)}};
+   .copy_wait = CP ? sh_copy_wait : NULL, .vm_alias = AL ? sh_vm_alias : NULL}
+static const cm_storage_ops_t share_ops[3][2] = {
+    {SHARE_OPS(0, 0, 0), SHARE_OPS(0, 0, 1)}, /* no VM */
+    {SHARE_OPS(1, 0, 0), SHARE_OPS(1, 0, 1)}, /* VM */
+    {SHARE_OPS(1, 1, 0), SHARE_OPS(1, 1, 1)}, /* VM and aliases */
+};
 
 int cm_storage_share_create(cm_storage_t *device, cm_storage_t **out, cm_diag_t *diag) {
   if (!out) return cm__diag_set(diag, CM_EINVAL, "cm_storage_share_create: out is NULL");
   *out = NULL;
   if (!device) return cm__diag_set(diag, CM_EINVAL, "cm_storage_share_create: device is NULL");
-  bool vm = cm_storage_has_vm(device), cp = cm_storage_can_copy(device);
+  bool cp = cm_storage_can_copy(device);
+  int vm = cm__storage_has_alias(device) ? 2 : cm_storage_has_vm(device) ? 1 : 0;
   int rc = cm_storage_create(&share_ops[vm][cp], device, out);
   if (rc != CM_OK)
     return cm__diag_set(diag, rc, "out of host memory creating a share of the %s storage",

@@ -21,6 +21,15 @@
  *
  * Mappings of a reservation and the contract's checks are vmtrack.h's,
  * shared with the host storage.
+ *
+ * Aliases (vm_alias, a second mapping of objects vm_map made) are recorded
+ * in the destination's tracker like any mapping, so access checks and
+ * vm_release see them, and in a list of one record per object aliased
+ * (destination and source reservation and offset), which says which
+ * mappings are aliases and what they alias. Aliases are rare (made only
+ * when the device is out of memory), so the list is scanned; an empty list
+ * costs the common calls one test. They use no capacity: bytes_used counts
+ * objects, and an alias is a second address of one.
  * Exports: cm_storage_sim_create, cm_storage_sim_state.
  */
 #include <inttypes.h>
@@ -42,6 +51,12 @@ typedef struct sim_entry {
   cm__vmtrack vm; /* reservations: their mappings */
 } sim_entry;
 
+/* One object mapped a second time: at dst_off of reservation dst_id, the
+ * object mapped at src_off of reservation src_id, `piece` bytes. */
+typedef struct sim_alias {
+  uint64_t dst_id, dst_off, src_id, src_off, piece;
+} sim_alias;
+
 typedef struct sim_ctx {
   sim_entry *v;
   uint64_t len, cap; /* v[0] unused */
@@ -51,6 +66,8 @@ typedef struct sim_ctx {
   bool fail_over;
   uint64_t violations, allocations, reservations, mappings;
   char last_violation[192];
+  sim_alias *al; /* live aliases, unordered */
+  size_t nal, capal;
 } sim_ctx;
 
 static const cm_storage_ops_t k_sim_ops;
@@ -149,6 +166,7 @@ static int sim_get(void *ctx, uint64_t id, uint64_t offset, uint64_t size, cm_re
 static void sim_release(void *ctx) {
   sim_ctx *c = ctx;
   for (uint64_t i = 1; i < c->len; i++) cm__vmtrack_free(&c->v[i].vm);
+  free(c->al);
   free(c->v);
   free(c);
 }
@@ -189,6 +207,78 @@ static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint6
   return CM_OK;
 }
 
+/* Is `off` inside [lo, lo+size)? */
+static bool within(uint64_t off, uint64_t lo, uint64_t size) { return off >= lo && off - lo < size; }
+
+/* The first alias whose destination (dst true) or source lies in [off,
+ * off+size) of reservation id, or NULL. */
+static const sim_alias *alias_at(const sim_ctx *c, bool dst, uint64_t id, uint64_t off,
+                                 uint64_t size) {
+  for (size_t i = 0; i < c->nal; i++) {
+    const sim_alias *a = &c->al[i];
+    if (dst ? (a->dst_id == id && within(a->dst_off, off, size))
+            : (a->src_id == id && within(a->src_off, off, size)))
+      return a;
+  }
+  return NULL;
+}
+
+/* Aliases whose destination lies in [off, off+size) of reservation id. */
+static uint64_t aliases_in(const sim_ctx *c, uint64_t id, uint64_t off, uint64_t size) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < c->nal; i++)
+    n += c->al[i].dst_id == id && within(c->al[i].dst_off, off, size);
+  return n;
+}
+
+static int sim_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                        uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag) {
+  sim_ctx *c = ctx;
+  sim_entry *d = entry(c, dst_id, E_RANGE), *src = entry(c, src_id, E_RANGE);
+  if (!d)
+    return violation(c, diag, CM_EHANDLE,
+                     "alias into StorageId(%" PRIu64 "), which is not a reservation", dst_id);
+  if (!src)
+    return violation(c, diag, CM_EHANDLE,
+                     "alias of StorageId(%" PRIu64 "), which is not a reservation", src_id);
+  char why[CM__VMTRACK_WHY];
+  if (cm__vmtrack_check_alias_source(&src->vm, src_off, size, piece, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "alias of StorageId(%" PRIu64 "): %s", src_id, why);
+  const sim_alias *a = c->nal ? alias_at(c, true, src_id, src_off, size) : NULL;
+  if (a)
+    return violation(c, diag, CM_EINVAL,
+                     "cannot alias [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                     "): offset %" PRIu64 " is itself an alias (of offset %" PRIu64
+                     " of StorageId(%" PRIu64 ")), and an alias is not aliased",
+                     src_off, size, src_id, a->dst_off, a->src_off, a->src_id);
+  if (cm__vmtrack_check_map(&d->vm, dst_off, size, piece, why, sizeof why) != CM_OK)
+    return violation(c, diag, CM_EINVAL, "alias into StorageId(%" PRIu64 "): %s", dst_id, why);
+  size_t n = (size_t)(size / piece);
+  if (c->nal + n > c->capal) { /* room first: recording must not fail after the map */
+    size_t ncap = c->capal ? c->capal : 8;
+    while (ncap < c->nal + n) ncap *= 2;
+    sim_alias *na = realloc(c->al, ncap * sizeof *na);
+    if (!na) return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+    c->al = na;
+    c->capal = ncap;
+  }
+  if (cm__vmtrack_commit_map(&d->vm, dst_off, size, piece, NULL) != CM_OK)
+    return cm__diag_set(diag, CM_ENOMEM, "simulated device: out of host memory");
+  for (size_t k = 0; k < n; k++)
+    c->al[c->nal++] = (sim_alias){dst_id, dst_off + k * piece, src_id, src_off + k * piece, piece};
+  return CM_OK;
+}
+
+/* Unmap aliases [off, off+size) of reservation e (checked whole): their
+ * records go, no object is released, nothing is given back to capacity. */
+static void unmap_aliases(sim_ctx *c, sim_entry *e, uint64_t id, uint64_t off, uint64_t size,
+                          uint64_t piece) {
+  for (size_t i = 0; i < c->nal;)
+    if (c->al[i].dst_id == id && within(c->al[i].dst_off, off, size)) c->al[i] = c->al[--c->nal];
+    else i++;
+  (void)cm__vmtrack_commit_unmap(&e->vm, off, size, piece);
+}
+
 static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
                         cm_diag_t *diag) {
   sim_ctx *c = ctx;
@@ -199,6 +289,26 @@ static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uin
   char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_unmap(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
     return violation(c, diag, CM_EINVAL, "%s", why);
+  if (c->nal) { /* aliases exist: is this one kind, and no original with an alias? */
+    uint64_t n = size / piece, na = aliases_in(c, id, off, size);
+    if (na && na != n)
+      return violation(c, diag, CM_EINVAL,
+                       "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                       "): it holds %" PRIu64 " aliases and %" PRIu64
+                       " original mappings, and one call unmaps one kind",
+                       off, size, id, na, n - na);
+    if (na) {
+      unmap_aliases(c, e, id, off, size, piece);
+      return CM_OK;
+    }
+    const sim_alias *a = alias_at(c, false, id, off, size);
+    if (a)
+      return violation(c, diag, CM_EINVAL,
+                       "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                       "): the mapping at offset %" PRIu64 " has an alias at [%" PRIu64
+                       ", +%" PRIu64 ") of StorageId(%" PRIu64 "); unmap the alias first",
+                       off, size, id, a->src_off, a->dst_off, a->piece, a->dst_id);
+  }
   c->mappings -= cm__vmtrack_commit_unmap(&e->vm, off, size, piece);
   c->used -= size;
   return CM_OK;
@@ -290,6 +400,7 @@ static const cm_storage_ops_t k_sim_ops = {
     .vm_release = sim_vm_release,
     .copy = sim_copy,
     .copy_wait = sim_copy_wait,
+    .vm_alias = sim_vm_alias,
 };
 
 int cm_storage_sim_create(uint64_t capacity, bool fail_over_capacity, uint64_t granularity,
@@ -326,6 +437,7 @@ int cm_storage_sim_state(const cm_storage_t *s, cm_sim_state_t *out) {
   out->bytes_used = c->used;
   out->bytes_used_peak = c->used_peak;
   out->capacity = c->capacity;
+  out->aliases = c->nal;
   snprintf(out->last_violation, sizeof out->last_violation, "%s", c->last_violation);
   return CM_OK;
 }

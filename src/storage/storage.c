@@ -5,7 +5,8 @@
  * held, peaks, time in the backend) are kept the same way for every backend.
  * Sizes are tracked per call: dealloc and unmap take the size from the caller
  * (the pools know it), so the wrapper needs no per-id table.
- * Exports: cm_storage_* (public), cm__storage_vm_* (internal, storage_internal.h).
+ * Exports: cm_storage_* (public), cm__storage_vm_* and cm__storage_has_alias (internal,
+ * storage_internal.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +261,44 @@ int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t si
   BUMP(s, unmap_calls, n);
   BUMP(s, releases, n);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
+  return CM_OK;
+}
+
+bool cm__storage_has_alias(const cm_storage_t *s) {
+  return cm_storage_has_vm(s) && s->ops->vm_alias;
+}
+
+int cm__storage_vm_alias(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                         uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag) {
+  if (!cm__storage_has_alias(s))
+    return cm__diag_set(diag, CM_ENOTSUP, "the %s storage cannot map memory a second time",
+                        cm_storage_name(s));
+  int rc;
+  TIMED(s, time_map_ns,
+        rc = s->ops->vm_alias(s->ctx, dst_id, dst_off, src_id, src_off, size, piece, diag));
+  if (rc != CM_OK) {
+    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
+    count_failure(s, rc);
+    return rc;
+  }
+  uint64_t n = piece ? size / piece : 0;
+  BUMP(s, maps, 1);
+  BUMP(s, map_calls, n); /* the objects exist already: no create, no bytes */
+  BUMP(s, set_access, 1);
+  return CM_OK;
+}
+
+int cm__storage_vm_unalias(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                           uint64_t piece, cm_diag_t *diag) {
+  int rc;
+  TIMED(s, time_unmap_ns, rc = s->ops->vm_unmap(s->ctx, id, off, size, piece, diag));
+  if (rc != CM_OK) {
+    count_failure(s, rc);
+    return rc;
+  }
+  uint64_t n = piece ? size / piece : 0;
+  BUMP(s, unmaps, 1);
+  BUMP(s, unmap_calls, n); /* no release, no bytes: the objects stay mapped where vm_map put them */
   return CM_OK;
 }
 

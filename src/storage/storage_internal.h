@@ -38,4 +38,23 @@ int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t si
                          uint64_t piece, cm_diag_t *diag);
 int cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size, cm_diag_t *diag);
 
+/* Aliases (storage.h's vm_alias): a second mapping of objects vm_map made.
+ * Does the storage support vm_alias (and VM at all)? */
+bool cm__storage_has_alias(const cm_storage_t *s);
+/* vm_alias, counted: maps += 1, map_calls += size/piece, set_access += 1,
+ * time in time_map_ns; no create, bytes_held unchanged. A failure is counted
+ * as vm_map's are (failed_allocs, errors, violations). Errors as the op's,
+ * and CM_ENOTSUP (diag set, nothing counted) without cm__storage_has_alias. */
+int cm__storage_vm_alias(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                         uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag);
+/* Remove alias mappings (the backend's vm_unmap on a range of aliases),
+ * counted: unmaps += 1, unmap_calls += size/piece, no release, bytes_held
+ * unchanged, time in time_unmap_ns. Nothing is released, so no flush is
+ * owed (cm__storage_pending does not move). The caller knows the range holds
+ * aliases: cm__storage_vm_unmap on aliases would count releases and bytes
+ * that are not there (the backend cannot tell the wrapper). Errors as
+ * vm_unmap's. */
+int cm__storage_vm_unalias(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                           uint64_t piece, cm_diag_t *diag);
+
 #endif

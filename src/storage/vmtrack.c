@@ -114,26 +114,39 @@ int cm__vmtrack_commit_map(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t
   return CM_OK;
 }
 
-int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece,
-                            char *why, size_t cap) {
+/* Is [off, off+size) tiled exactly by mappings of `piece` bytes? `verb`
+ * and `rule` word the reason. */
+static int check_tiled(const cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece,
+                       const char *verb, const char *rule, char *why, size_t cap) {
   uint64_t G = 1ull << t->gshift;
   if (piece == 0 || piece % G || size == 0 || size % piece || off % G || off > t->size ||
       size > t->size - off) {
-    snprintf(why, cap, "cannot unmap [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64 " bytes",
-             off, size, piece);
+    snprintf(why, cap, "cannot %s [%" PRIu64 ", +%" PRIu64 ") in objects of %" PRIu64 " bytes",
+             verb, off, size, piece);
     return CM_EINVAL;
   }
   uint64_t g0 = off >> t->gshift, n = size >> t->gshift, pg = piece >> t->gshift;
   for (uint64_t g = g0; g < g0 + n; g += pg)
     if (g >= t->ngran || t->start[g] != pg || !bit(t->mapped, g)) {
       snprintf(why, cap,
-               "cannot unmap [%" PRIu64 ", +%" PRIu64 "): offset %" PRIu64
-               " is not the start of a mapping of %" PRIu64
-               " bytes (a mapping is unmapped whole, never in part)",
-               off, size, g << t->gshift, piece);
+               "cannot %s [%" PRIu64 ", +%" PRIu64 "): offset %" PRIu64
+               " is not the start of a mapping of %" PRIu64 " bytes (%s)",
+               verb, off, size, g << t->gshift, piece, rule);
       return CM_EINVAL;
     }
   return CM_OK;
+}
+
+int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece,
+                            char *why, size_t cap) {
+  return check_tiled(t, off, size, piece, "unmap", "a mapping is unmapped whole, never in part",
+                     why, cap);
+}
+
+int cm__vmtrack_check_alias_source(const cm__vmtrack *t, uint64_t off, uint64_t size,
+                                   uint64_t piece, char *why, size_t cap) {
+  return check_tiled(t, off, size, piece, "alias",
+                     "only whole mappings are mapped a second time", why, cap);
 }
 
 uint64_t cm__vmtrack_commit_unmap(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece) {

@@ -54,6 +54,12 @@ int cm__vmtrack_commit_map(cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t
  * CM_OK, or CM_EINVAL with the reason in why. Changes nothing. */
 int cm__vmtrack_check_unmap(const cm__vmtrack *t, uint64_t off, uint64_t size, uint64_t piece,
                             char *why, size_t cap);
+/* The same rule for the source of an alias (storage.h's vm_alias), worded
+ * "cannot alias ...". The tracker does not know which mappings are aliases:
+ * its owner keeps that (an alias is recorded here as an ordinary mapping,
+ * by cm__vmtrack_commit_map, so that access checks and releases see it). */
+int cm__vmtrack_check_alias_source(const cm__vmtrack *t, uint64_t off, uint64_t size,
+                                   uint64_t piece, char *why, size_t cap);
 /* May the reservation be given back (no mapping left in it)? CM_OK, or
  * CM_EINVAL with the reason in why; `id` names it in the reason. */
 int cm__vmtrack_check_release(const cm__vmtrack *t, uint64_t id, char *why, size_t cap);

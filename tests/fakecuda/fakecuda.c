@@ -27,11 +27,20 @@
  *    0 or a power of two, flags 0. cuMemAddressFree: exactly a reservation
  *    (start and size), with no mapping left in it.
  *  - cuMemCreate: size a non-zero multiple of the granule, type PINNED,
- *    location DEVICE with a valid ordinal, flags 0. cuMemRelease: a live
- *    handle; the memory goes when its last mapping goes.
+ *    location DEVICE with a valid ordinal, flags 0. A handle holds one
+ *    reference from cuMemCreate and one more per cuMemRetainAllocationHandle;
+ *    cuMemRelease drops one reference of a live handle (one with a reference
+ *    left). The memory goes when the last reference is dropped and the last
+ *    mapping of it is unmapped, in either order; until then it counts
+ *    against the capacity once, however many times it is mapped.
+ *  - cuMemRetainAllocationHandle: addr lies inside a live mapping (any
+ *    address of it, not only its start); it returns the handle mapped
+ *    there, with one more reference to be dropped by cuMemRelease. An
+ *    address no mapping covers is CUDA_ERROR_INVALID_VALUE.
  *  - cuMemMap: ptr, size and offset multiples of the granule, offset + size
  *    within the handle, the range inside one reservation, overlapping no
- *    mapping, flags 0, a live handle. cuMemUnmap: the range is exactly whole
+ *    mapping, flags 0, a live handle (which may be mapped already elsewhere:
+ *    one object at several addresses). cuMemUnmap: the range is exactly whole
  *    mappings. cuMemSetAccess: every byte of the range mapped, descriptors of
  *    valid devices with valid flags; a device other than the memory's needs
  *    peer capability.
@@ -640,7 +649,7 @@ API(CUresult, cuMemCreate, (CUhandle *h, size_t size, const fk_prop *prop, unsig
   int d = prop->loc.id;
   if (G.c.used[d] + size > dev_capacity()) RET(R_OOM);
   *h = G.next_handle++;
-  PUSH(G.handles, ((handle_rec){*h, size, d, 0, false}));
+  PUSH(G.handles, ((handle_rec){.h = *h, .size = size, .dev = d, .maps = 0, .refs = 1}));
   use(d, size);
   G.c.create++;
   RET(R_OK);
@@ -652,15 +661,33 @@ API(CUresult, cuMemRelease, (CUhandle h)) {
   if (r) RET(r);
   size_t i;
   handle_rec *hr = find_handle(h, &i);
-  if (!hr || hr->released)
+  if (!hr || hr->refs == 0)
     RET(violation(R_INVALID_VALUE, "cuMemRelease(%llu): not a live memory handle", h));
   if (G.cfg.fail_releases > 0) { /* an injected driver failure: nothing changes */
     G.cfg.fail_releases--;
     RET(999);
   }
-  hr->released = true;
+  hr->refs--;
   handle_drop_if_done(i);
   G.c.release++;
+  RET(R_OK);
+}
+
+API(CUresult, cuMemRetainAllocationHandle, (CUhandle *h, void *addr)) {
+  LOCK();
+  CUresult r = check_vm("cuMemRetainAllocationHandle");
+  if (r) RET(r);
+  if (!h) RET(violation(R_INVALID_VALUE, "cuMemRetainAllocationHandle(NULL)"));
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)addr;
+  size_t k = map_lower(p);
+  if (k >= G.maps.n || G.maps.v[k].va > p)
+    RET(violation(R_INVALID_VALUE, "cuMemRetainAllocationHandle(0x%llx): no mapping covers the address",
+                  p));
+  handle_rec *hr = find_handle(G.maps.v[k].h, NULL);
+  if (!hr) abort(); /* a mapped handle always has its record: the fake is broken */
+  hr->refs++;
+  *h = hr->h;
+  G.c.mem_retain++;
   RET(R_OK);
 }
 
@@ -671,7 +698,7 @@ API(CUresult, cuMemMap, (CUdeviceptr p, size_t size, size_t offset, CUhandle h,
   if (r) RET(r);
   uint64_t g = G.cfg.granularity;
   handle_rec *hr = find_handle(h, NULL);
-  if (!hr || hr->released) RET(violation(R_INVALID_VALUE, "cuMemMap: handle %llu is not live", h));
+  if (!hr || hr->refs == 0) RET(violation(R_INVALID_VALUE, "cuMemMap: handle %llu is not live", h));
   if (flags) RET(violation(R_INVALID_VALUE, "cuMemMap: flags 0x%llx", flags));
   if (size == 0 || size % g || p % g || offset % g)
     RET(violation(R_INVALID_VALUE, "cuMemMap(0x%llx, %zu, offset %zu): not multiples of the granule %llu", p,

@@ -77,6 +77,7 @@ typedef struct fakecuda_counts {
   uint64_t stream_create, stream_destroy, stream_sync, ctx_sync, ctx_push, ctx_pop;
   uint64_t retains, releases, get_attribute, mem_get_info;
   uint64_t memcpy_dtod; /* cuMemcpyDtoDAsync calls that passed */
+  uint64_t mem_retain;  /* cuMemRetainAllocationHandle calls that passed */
   uint64_t violations;
   /* held now */
   uint64_t allocations, allocation_bytes, reservations, mappings, handles, events, streams;
@@ -91,8 +92,10 @@ fakecuda_config_t *fakecuda_config(void);
 void fakecuda_counts(fakecuda_counts_t *out);
 uint64_t fakecuda_violations(void);
 /* Objects still held: allocations + reservations + mappings + unreleased
- * memory handles + events + streams + retained primary contexts + pushed
- * contexts + pinned host allocations. 0 after a clean teardown. */
+ * memory handle references (`handles`: one per cuMemCreate and per
+ * cuMemRetainAllocationHandle not yet matched by a cuMemRelease) + events +
+ * streams + retained primary contexts + pushed contexts + pinned host
+ * allocations. 0 after a clean teardown. */
 uint64_t fakecuda_held(void);
 /* The latest violation's message ("" if none). */
 const char *fakecuda_last_violation(void);

@@ -84,8 +84,10 @@ typedef struct handle_rec {
   CUhandle h;
   uint64_t size;
   int dev;
-  int maps;      /* live mappings of it */
-  bool released; /* cuMemRelease called */
+  int maps; /* live mappings of it (the same handle may be mapped at several addresses) */
+  int refs; /* references: cuMemCreate's and one per cuMemRetainAllocationHandle, each
+               dropped by one cuMemRelease; the handle is live while refs > 0, and the
+               memory goes when refs and maps are both 0 */
 } handle_rec;
 typedef struct map_rec {
   CUdeviceptr va;
@@ -207,7 +209,8 @@ handle_rec *find_handle(CUhandle h, size_t *idx);
 size_t map_lower(CUdeviceptr va);
 /* Whether [p, p+n) is mapped without gaps; the mappings in [*first, +*count). */
 bool fully_mapped(CUdeviceptr p, uint64_t n, size_t *first, size_t *count);
-/* Drop handle idx once it is released and no longer mapped. */
+/* Drop handle idx (and its memory) once every reference is released and
+ * it is no longer mapped anywhere. */
 void handle_drop_if_done(size_t idx);
 /* May work on `stream` read and write [p, p+size): allocated, or mapped with
  * read-write access for the current device, and no pending work of a

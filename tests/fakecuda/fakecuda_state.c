@@ -265,7 +265,7 @@ bool fully_mapped(CUdeviceptr p, uint64_t n, size_t *first, size_t *count) {
 
 void handle_drop_if_done(size_t idx) {
   handle_rec *h = &G.handles.v[idx];
-  if (h->released && h->maps == 0) {
+  if (h->refs == 0 && h->maps == 0) {
     G.c.used[h->dev] -= h->size;
     DROP(G.handles, idx);
   }
@@ -334,7 +334,7 @@ static void counts_locked(fakecuda_counts_t *out) {
   out->reservations = G.resvs.n;
   out->mappings = G.maps.n;
   out->handles = 0;
-  for (size_t i = 0; i < G.handles.n; i++) out->handles += !G.handles.v[i].released;
+  for (size_t i = 0; i < G.handles.n; i++) out->handles += (uint64_t)G.handles.v[i].refs;
   out->events = 0;
   for (size_t i = 0; i < G.events.n; i++) out->events += G.events.v[i].live;
   out->streams = 0;
@@ -397,7 +397,7 @@ FX size_t fakecuda_report(char *buf, size_t cap) {
   F(mem_free_host); F(address_reserve); F(address_free); F(create); F(release); F(map); F(unmap);
   F(set_access); F(event_create); F(event_record); F(event_query); F(event_sync); F(event_destroy);
   F(stream_create); F(stream_destroy); F(stream_sync); F(ctx_sync); F(ctx_push); F(ctx_pop);
-  F(retains); F(releases); F(get_attribute); F(mem_get_info); F(memcpy_dtod);
+  F(retains); F(releases); F(get_attribute); F(mem_get_info); F(memcpy_dtod); F(mem_retain);
 #undef F
   for (int d = 0; d < G.cfg.devices; d++)
     OUT("device%d_peak_bytes=%llu\n", d, (unsigned long long)c.used_peak[d]);

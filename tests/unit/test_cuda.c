@@ -162,17 +162,23 @@ static cm_cuda_device_t *real_open(void) {
   return dev;
 }
 
-/* Fill n bytes at addr with v on the device and read them back. */
-static bool real_roundtrip(uint64_t addr, size_t n, unsigned char v) {
+/* Fill n bytes at `to` with v on the device and read n bytes back from
+ * `from` (the same bytes at another address, or `to` itself): all v? */
+static bool real_write_read(uint64_t to, uint64_t from, size_t n, unsigned char v) {
   unsigned char *buf = malloc(n);
   if (!buf) return false;
   bool ok = R.Push(R.ctx) == 0;
-  ok = ok && R.MemsetD8(addr, v, n) == 0 && R.CtxSync() == 0 && R.DtoH(buf, addr, n) == 0;
+  ok = ok && R.MemsetD8(to, v, n) == 0 && R.CtxSync() == 0 && R.DtoH(buf, from, n) == 0;
   void *c;
   R.Pop(&c);
   for (size_t i = 0; ok && i < n; i++) ok = buf[i] == v;
   free(buf);
   return ok;
+}
+
+/* Fill n bytes at addr with v on the device and read them back. */
+static bool real_roundtrip(uint64_t addr, size_t n, unsigned char v) {
+  return real_write_read(addr, addr, n, v);
 }
 
 static void test_gpu_sync_and_async(void) {
@@ -298,6 +304,47 @@ static void test_gpu_vm(void) {
   cm_cuda_device_close(dev);
 }
 
+/* Aliases (vm_alias) on the real driver: the alias shows the original's
+ * bytes both ways, holds no memory, and survives nothing it should not: the
+ * original goes only after its alias. */
+static void test_gpu_aliases(void) {
+  cm_cuda_device_t *dev = real_open();
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, NULL, CM_CUDA_SYNC, &st, NULL));
+  if (!cm__storage_has_alias(st)) {
+    cm_storage_destroy(st);
+    cm_cuda_device_close(dev);
+    CM_SKIP("the device or driver has no virtual memory management or no "
+            "cuMemRetainAllocationHandle");
+  }
+  uint64_t g = cm__storage_vm_granularity(st), a, b;
+  cm_diag_t d = {0};
+  ASSERT_OK(cm__storage_vm_reserve(st, 4 * g, &a, &d));
+  ASSERT_OK(cm__storage_vm_reserve(st, 4 * g, &b, &d));
+  ASSERT_OK(cm__storage_vm_map(st, a, 0, 2 * g, g, &d));
+  ASSERT_OK(cm__storage_vm_alias(st, b, g, a, 0, 2 * g, g, &d));
+  ASSERT_OK(cm__storage_vm_alias(st, a, 2 * g, a, g, g, g, &d)); /* a second alias of A[g, 2g) */
+  EXPECT_EQ(cm_storage_bytes_held(st), 2 * g);
+  cm_resource_t ra, rb;
+  ASSERT_OK(cm_storage_get(st, a, 0, 4 * g, &ra, &d));
+  ASSERT_OK(cm_storage_get(st, b, 0, 4 * g, &rb, &d));
+  EXPECT(real_write_read(ra.addr, rb.addr + g, 2 * g, 0x3c));     /* original -> alias */
+  EXPECT(real_write_read(rb.addr + 2 * g, ra.addr + g, g, 0xc3)); /* alias -> original */
+  EXPECT(real_write_read(ra.addr + 2 * g, rb.addr + 2 * g, g, 0x77)); /* alias -> alias */
+  EXPECT_STATUS(cm__storage_vm_unmap(st, a, 0, 2 * g, g, &d), CM_EINVAL);
+  ASSERT_OK(cm__storage_vm_unalias(st, b, g, 2 * g, g, &d));
+  ASSERT_OK(cm__storage_vm_unalias(st, a, 2 * g, g, g, &d));
+  ASSERT_OK(cm__storage_vm_unmap(st, a, 0, 2 * g, g, &d));
+  ASSERT_OK(cm__storage_vm_release(st, a, 4 * g, &d));
+  ASSERT_OK(cm__storage_vm_release(st, b, 4 * g, &d));
+  cm_cuda_storage_counters_t cc;
+  cm_cuda_storage_counters(st, &cc);
+  EXPECT_EQ(cc.free_errors, 0);
+  EXPECT_EQ(cm_storage_bytes_held(st), 0);
+  cm_storage_destroy(st);
+  cm_cuda_device_close(dev);
+}
+
 static void test_gpu_pinned(void) {
   cm_cuda_device_t *dev = real_open();
   cm_storage_t *st = NULL;
@@ -363,6 +410,7 @@ int main(void) {
   CM_RUN(test_gpu_oom_is_not_toobig);
   CM_RUN(test_gpu_events);
   CM_RUN(test_gpu_vm);
+  CM_RUN(test_gpu_aliases);
   CM_RUN(test_gpu_pinned);
   CM_RUN(test_gpu_open_default);
   CM_RUN(test_gpu_ptr);

@@ -5,7 +5,8 @@
  * and nothing held. Covered: sync/async allocation and the per-id free kind,
  * the dealloc queue and flush, zero-byte ids, OOM -> CM_EOOM vs other ->
  * CM_ESTORAGE, events with work in flight, virtual memory (granule-exact
- * reservations, whole mappings), pinned memory, feature probing (no VMM, no
+ * reservations, whole mappings, aliases and the fake's
+ * cuMemRetainAllocationHandle), pinned memory, feature probing (no VMM, no
  * memory pools), stream-handle reuse after destroy, peer access on a second
  * device, reference counting and context balance. Runs everywhere. The paths
  * without a driver and on a real GPU are in test_cuda.c.
@@ -68,7 +69,11 @@ static struct fk {
   CUresult (*event_destroy)(void *);
   CUresult (*free_async)(CUdeviceptr, void *);
   CUresult (*stream_sync)(void *);
-  bool hide_async, hide_vm, hide_alloc;
+  CUresult (*mem_create)(unsigned long long *, size_t, const void *, unsigned long long);
+  CUresult (*mem_release)(unsigned long long);
+  CUresult (*mem_retain)(unsigned long long *, void *);
+  CUresult (*address_free)(CUdeviceptr, size_t);
+  bool hide_async, hide_vm, hide_alloc, hide_retain;
 } FK;
 
 static void fk_load(void) {
@@ -101,6 +106,10 @@ static void fk_load(void) {
   FKSYM(event_destroy, "cuEventDestroy_v2");
   FKSYM(free_async, "cuMemFreeAsync");
   FKSYM(stream_sync, "cuStreamSynchronize");
+  FKSYM(mem_create, "cuMemCreate");
+  FKSYM(mem_release, "cuMemRelease");
+  FKSYM(mem_retain, "cuMemRetainAllocationHandle");
+  FKSYM(address_free, "cuMemAddressFree");
 #undef FKSYM
 }
 
@@ -108,7 +117,7 @@ static void fk_load(void) {
 static fakecuda_config_t *fake_reset(void) {
   fk_load();
   FK.reset();
-  FK.hide_async = FK.hide_vm = FK.hide_alloc = false;
+  FK.hide_async = FK.hide_vm = FK.hide_alloc = FK.hide_retain = false;
   fakecuda_config_t *c = FK.config();
   c->devices = 1;
   c->capacity = 64ull << 20;
@@ -144,6 +153,7 @@ static void *fake_resolve(void *arg, const char *name) {
   if (FK.hide_async && strstr(name, "Async")) return NULL;
   if (FK.hide_vm && (strstr(name, "cuMemAddress") || strcmp(name, "cuMemMap") == 0)) return NULL;
   if (FK.hide_alloc && strcmp(name, "cuMemAlloc_v2") == 0) return NULL;
+  if (FK.hide_retain && strcmp(name, "cuMemRetainAllocationHandle") == 0) return NULL;
   return dlsym(FK.lib, name);
 }
 
@@ -760,6 +770,208 @@ static void test_fake_release_retried(void) {
   EXPECT_CLEAN();
 }
 
+/* The fake's cuMemRetainAllocationHandle, as the driver documents it: any
+ * address inside a live mapping gives the handle mapped there with one more
+ * reference; an address no mapping covers is refused; one object mapped at
+ * two addresses counts once, and its memory goes only when every reference
+ * is released and every mapping of it is gone. */
+static void test_fake_retain_handle(void) {
+  fake_reset();
+  const uint64_t G = 2u << 20;
+  ASSERT_OK(FK.init(0));
+  struct {
+    int type, handle_types, loc_type, loc_id;
+    void *win32;
+    unsigned char flags[8];
+  } prop = {.type = 1, .loc_type = 1, .loc_id = 0}; /* PINNED on device 0 */
+  CUdeviceptr va = 0;
+  ASSERT_OK(FK.reserve(&va, 4 * G, 0, 0, 0));
+  unsigned long long h = 0, r = 0, r2 = 0;
+  ASSERT_OK(FK.mem_create(&h, (size_t)G, &prop, 0));
+  ASSERT_OK(FK.map(va, G, 0, h, 0));
+  EXPECT_EQ(fk_counts().handles, 1);
+  ASSERT_OK(FK.mem_retain(&r, (void *)(uintptr_t)(va + 12345))); /* any address of the mapping */
+  EXPECT_EQ(r, h);
+  EXPECT_EQ(fk_counts().handles, 2); /* one more reference */
+  EXPECT_EQ(fk_counts().mem_retain, 1);
+  EXPECT_EQ(FK.mem_retain(&r2, (void *)(uintptr_t)(va + G)), F_INVALID_VALUE); /* not mapped */
+  EXPECT_EQ(FK.mem_retain(&r2, (void *)(uintptr_t)(va + 4 * G + 1)), F_INVALID_VALUE);
+  EXPECT_EQ(fk_counts().violations, 2);
+  EXPECT_CONTAINS(FK.last(), "no mapping covers the address");
+  ASSERT_OK(FK.map(va + 2 * G, G, 0, r, 0)); /* the same object at a second address */
+  fakecuda_counts_t k = fk_counts();
+  EXPECT_EQ(k.mappings, 2);
+  EXPECT_EQ(k.used[0], G); /* counted once */
+  ASSERT_OK(FK.mem_release(h)); /* cuMemCreate's reference */
+  ASSERT_OK(FK.mem_release(r)); /* the retained one */
+  k = fk_counts();
+  EXPECT_EQ(k.handles, 0);
+  EXPECT_EQ(k.used[0], G); /* still mapped twice: the memory stays */
+  EXPECT_EQ(FK.mem_release(h), F_INVALID_VALUE); /* no reference left */
+  ASSERT_OK(FK.unmap(va, G));
+  EXPECT_EQ(fk_counts().used[0], G); /* the second mapping keeps it */
+  ASSERT_OK(FK.mem_retain(&r2, (void *)(uintptr_t)(va + 3 * G - 1))); /* through that mapping */
+  EXPECT_EQ(r2, h);
+  ASSERT_OK(FK.mem_release(r2));
+  ASSERT_OK(FK.unmap(va + 2 * G, G)); /* the last mapping: the memory goes */
+  k = fk_counts();
+  EXPECT_EQ(k.used[0], 0);
+  EXPECT_EQ(k.mappings, 0);
+  EXPECT_EQ(k.handles, 0);
+  EXPECT_EQ(FK.map(va, G, 0, h, 0), F_INVALID_VALUE); /* the handle is gone */
+  ASSERT_OK(FK.address_free(va, 4 * G));
+  EXPECT_EQ(fk_counts().violations, 4);
+  EXPECT_EQ(FK.held(), 0);
+  fake_reset();
+}
+
+/* Aliases (storage.h's vm_alias) on the fake driver, through the wrapper as
+ * the manager calls them: retain + map per object and one set-access, no
+ * create, no memory; the contract's refusals with no driver call; an unmap
+ * of aliases releases nothing; teardown with aliases live; a release of the
+ * retained reference that fails is retried; a set-access failure undoes the
+ * pieces mapped; a driver without cuMemRetainAllocationHandle gives a
+ * storage without aliases. */
+static void test_fake_aliases(void) {
+  fakecuda_config_t *cfg = fake_reset();
+  cfg->devices = 2;
+  cm_cuda_device_t *dev = fake_open();
+  ASSERT(dev != NULL);
+  void *stream = fk_stream_create();
+  cm_storage_t *st = NULL;
+  ASSERT_OK(cm_cuda_storage_create(dev, stream, CM_CUDA_SYNC, &st, NULL));
+  ASSERT(cm__storage_has_alias(st));
+  const uint64_t G = 2u << 20;
+  uint64_t a = 0, b = 0;
+  ASSERT_OK(cm__storage_vm_reserve(st, 4 * G, &a, NULL));
+  ASSERT_OK(cm__storage_vm_reserve(st, 4 * G, &b, NULL));
+  ASSERT_OK(cm__storage_vm_map(st, a, 0, 2 * G, G, NULL));
+  ASSERT_OK(cm__storage_vm_map(st, b, 2 * G, G, G, NULL));
+  cm_resource_t ra, rb;
+  ASSERT_OK(cm_storage_get(st, a, 0, 4 * G, &ra, NULL));
+  ASSERT_OK(cm_storage_get(st, b, 0, 4 * G, &rb, NULL));
+  fakecuda_counts_t k0 = fk_counts();
+  cm_storage_stats_t s0, s1;
+  cm_storage_stats(st, &s0);
+
+  ASSERT_OK(cm__storage_vm_alias(st, b, 0, a, 0, 2 * G, G, NULL));
+  fakecuda_counts_t k = fk_counts();
+  EXPECT_EQ(k.mem_retain - k0.mem_retain, 2);
+  EXPECT_EQ(k.map - k0.map, 2);
+  EXPECT_EQ(k.set_access - k0.set_access, 1);
+  EXPECT_EQ(k.create, k0.create);
+  EXPECT_EQ(k.release - k0.release, 2); /* the retained references, dropped at once */
+  EXPECT_EQ(k.handles, 3);              /* the three objects' own references */
+  EXPECT_EQ(k.used[0], 3 * G);          /* no new memory */
+  EXPECT_EQ(k.mappings, 5);
+  cm_storage_stats(st, &s1);
+  EXPECT_EQ(s1.map_calls - s0.map_calls, 2);
+  EXPECT_EQ(s1.set_access - s0.set_access, 1);
+  EXPECT_EQ(s1.creates, s0.creates);
+  EXPECT_EQ(s1.bytes_held, 3 * G);
+  /* the alias is accessible from the device; work on it is waited for at unalias */
+  EXPECT_OK(fk_launch(0, stream, (void *)(uintptr_t)rb.addr, (size_t)(2 * G)));
+
+  /* the contract's refusals: no driver call, nothing changed */
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(st, a, 0, G, G, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "has an alias at [0, +2097152)");
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unalias(st, b, G, 2 * G, G, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "one kind");
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(st, a, 2 * G, b, 0, G, G, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "itself an alias");
+  EXPECT_STATUS(cm__storage_vm_alias(st, b, G, a, 0, G, G, NULL), CM_EINVAL); /* dst mapped */
+  EXPECT_STATUS(cm__storage_vm_alias(st, a, 2 * G, a, 0, G, 2 * G, NULL), CM_EINVAL); /* pieces */
+  EXPECT_STATUS(cm__storage_vm_alias(st, a, G / 2, a, 0, G, G, NULL), CM_EINVAL); /* unaligned */
+  EXPECT_STATUS(cm__storage_vm_alias(st, 4242, 0, a, 0, G, G, NULL), CM_EHANDLE);
+  EXPECT_STATUS(cm__storage_vm_release(st, b, 4 * G, NULL), CM_EINVAL);
+  fakecuda_counts_t k1 = fk_counts();
+  EXPECT_EQ(k1.map, k.map);
+  EXPECT_EQ(k1.unmap, k.unmap);
+  EXPECT_EQ(k1.mem_retain, k.mem_retain);
+  EXPECT_EQ(k1.mappings, k.mappings);
+  EXPECT_NO_VIOLATION();
+
+  /* unaliasing: an unmap per object after the stream, no release, no bytes */
+  uint64_t syncs = k1.stream_sync;
+  ASSERT_OK(cm__storage_vm_unalias(st, b, 0, 2 * G, G, NULL));
+  k = fk_counts();
+  EXPECT_EQ(k.stream_sync, syncs + 1);
+  EXPECT_EQ(k.unmap - k1.unmap, 2);
+  EXPECT_EQ(k.release, k1.release);
+  EXPECT_EQ(k.used[0], 3 * G);
+  EXPECT_EQ(cm_storage_bytes_held(st), 3 * G);
+  ASSERT_OK(cm__storage_vm_unmap(st, a, 0, 2 * G, G, NULL)); /* free to go now */
+  EXPECT_EQ(fk_counts().used[0], G);
+
+  /* a release of the retained reference that fails: the alias stands, the
+   * reference is released again at the next unmap */
+  ASSERT_OK(cm__storage_vm_map(st, a, 0, G, G, NULL));
+  cfg->fail_releases = 1;
+  ASSERT_OK(cm__storage_vm_alias(st, a, 3 * G, a, 0, G, G, NULL));
+  cm_cuda_storage_counters_t cc;
+  cm_cuda_storage_counters(st, &cc);
+  EXPECT_EQ(cc.free_errors, 1);
+  EXPECT_EQ(fk_counts().handles, 3); /* two objects' references and the kept one */
+  ASSERT_OK(cm__storage_vm_unalias(st, a, 3 * G, G, G, NULL));
+  EXPECT_EQ(fk_counts().handles, 2); /* retried */
+
+  /* a set-access that fails (device 1 granted access, then unreachable):
+   * the pieces mapped are unmapped, nothing else moves */
+  ASSERT_OK(cm_cuda_device_enable_peer_access(dev, 1, NULL));
+  cfg->peer = 0;
+  k0 = fk_counts();
+  cm_storage_stats(st, &s0);
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(st, b, 0, a, 0, G, G, &d), CM_ESTORAGE);
+  EXPECT_CONTAINS(d.message, "cuMemSetAccess");
+  k = fk_counts();
+  EXPECT_EQ(k.violations, 1); /* the driver's refusal, caused on purpose */
+  EXPECT_EQ(k.map - k0.map, 1);
+  EXPECT_EQ(k.unmap - k0.unmap, 1);
+  EXPECT_EQ(k.mappings, k0.mappings);
+  EXPECT_EQ(k.handles, k0.handles);
+  EXPECT_EQ(k.used[0], k0.used[0]);
+  cm_storage_stats(st, &s1);
+  EXPECT_EQ(s1.map_calls, s0.map_calls);
+  EXPECT_EQ(s1.failed_allocs, s0.failed_allocs + 1);
+  cfg->peer = 1;
+  ASSERT_OK(cm__storage_vm_unmap(st, a, 0, G, G, NULL)); /* no alias was left behind */
+
+  /* the storage goes with aliases live: everything is unmapped and released */
+  ASSERT_OK(cm__storage_vm_map(st, a, 0, 2 * G, 2 * G, NULL));
+  ASSERT_OK(cm__storage_vm_alias(st, b, 0, a, 0, 2 * G, 2 * G, NULL));
+  ASSERT_OK(cm__storage_vm_alias(st, a, 2 * G, a, 0, 2 * G, 2 * G, NULL));
+  EXPECT_EQ(fk_counts().used[0], 3 * G);
+  cm_storage_destroy(st);
+  k = fk_counts();
+  EXPECT_EQ(k.create, k.release - k.mem_retain); /* every object and every retained reference */
+  EXPECT_EQ(k.used[0], 0);
+  cm_cuda_device_close(dev);
+  EXPECT_OK(FK.stream_destroy(stream));
+  EXPECT_EQ(fk_counts().violations, 1);
+  EXPECT_EQ(FK.held(), 0);
+
+  /* a driver without cuMemRetainAllocationHandle: VM, but no aliases */
+  fake_reset();
+  FK.hide_retain = true;
+  dev = fake_open();
+  ASSERT(dev != NULL);
+  ASSERT_OK(cm_cuda_storage_create(dev, NULL, CM_CUDA_SYNC, &st, NULL));
+  EXPECT(cm_storage_has_vm(st));
+  EXPECT(!cm__storage_has_alias(st));
+  cm_cuda_storage_counters(st, &cc);
+  EXPECT_EQ(cc.vm_granularity, G);
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(st, 1, 0, 1, 0, G, G, &d), CM_ENOTSUP);
+  cm_storage_destroy(st);
+  cm_cuda_device_close(dev);
+  EXPECT_CLEAN();
+}
+
 /* Time by kind of driver call (cm_storage_stats_t.call_ns): measured only
  * while timing is on, each call's time in its own kind. The fake's cuMemCreate
  * is made slow, so its time must land in `creates` and nowhere else. */
@@ -1094,6 +1306,8 @@ int main(void) {
   CM_RUN(test_fake_event_ops);
   CM_RUN(test_fake_vm);
   CM_RUN(test_fake_vm_partial_map);
+  CM_RUN(test_fake_retain_handle);
+  CM_RUN(test_fake_aliases);
   CM_RUN(test_fake_release_retried);
   CM_RUN(test_fake_call_times);
   CM_RUN(test_fake_pinned);

@@ -2,7 +2,7 @@
  * test_faulty.c - the fault-injecting storage decorator (cubemem/faulty.h).
  *
  * Covers: pass-through with no plan; NTH, FROM_NTH and seeded RANDOM plans on
- * alloc; vm_map (and vm_reserve on request) through the VM interface; the
+ * alloc; vm_map and vm_alias (and vm_reserve on request) through the VM interface; the
  * injected status and diag text; that an injected failure never reaches the
  * inner backend (ids are not consumed, statistics unchanged); set_plan
  * resetting the counters; argument checks and ownership on failure; and that
@@ -210,6 +210,58 @@ static void vm_map_is_counted_and_fails(void) {
   cm_storage_destroy(s);
 }
 
+/* vm_alias is counted with the default mask, like vm_map, and an injected
+ * failure is always CM_ESTORAGE (an alias makes no memory, so it is never out
+ * of it) and never reaches the inner storage. */
+static void vm_alias_is_counted_and_fails(void) {
+  cm_fault_plan_t p;
+  cm_fault_plan_init(&p);
+  p.mode = CM_FAULT_NTH;
+  p.nth = 3;
+  p.error = CM_EOOM;
+  cm_storage_t *s = make_faulty(&p);
+  ASSERT(s != NULL);
+  ASSERT(cm__storage_has_alias(s));
+  uint64_t g = cm__storage_vm_granularity(s), range;
+  ASSERT_OK(cm__storage_vm_reserve(s, 4 * g, &range, NULL));
+  EXPECT_OK(cm__storage_vm_map(s, range, 0, g, g, NULL));            /* call 1 */
+  EXPECT_OK(cm__storage_vm_alias(s, range, g, range, 0, g, g, NULL)); /* call 2 */
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(s, range, 2 * g, range, 0, g, g, &d), CM_ESTORAGE);
+  EXPECT_CONTAINS(d.message, "vm_alias call 3");
+  cm_storage_stats_t st;
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.maps, 2);
+  EXPECT_EQ(st.map_calls, 2);
+  EXPECT_EQ(st.failed_allocs, 1);
+  EXPECT_EQ(st.errors, 1);
+  EXPECT_EQ(st.violations, 0);
+  EXPECT_EQ(st.bytes_held, g);
+  EXPECT_OK(cm__storage_vm_alias(s, range, 2 * g, range, 0, g, g, NULL)); /* call 4 */
+  EXPECT_OK(cm__storage_vm_unalias(s, range, g, 2 * g, g, NULL));
+  EXPECT_OK(cm__storage_vm_unmap(s, range, 0, g, g, NULL));
+  EXPECT_OK(cm__storage_vm_release(s, range, 4 * g, NULL));
+  EXPECT_EQ(cm_storage_faulty_calls(s), 4);
+  EXPECT_EQ(cm_storage_faulty_injected(s), 1);
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.bytes_held, 0);
+  EXPECT_EQ(st.violations, 0);
+  /* not counted when the mask leaves it out */
+  p.ops = CM_FAULT_OP_VM_MAP;
+  p.nth = 1;
+  ASSERT_OK(cm_storage_faulty_set_plan(s, &p));
+  ASSERT_OK(cm__storage_vm_reserve(s, 2 * g, &range, NULL));
+  EXPECT_STATUS(cm__storage_vm_map(s, range, 0, g, g, NULL), CM_EOOM);
+  EXPECT_OK(cm__storage_vm_map(s, range, 0, g, g, NULL));
+  EXPECT_OK(cm__storage_vm_alias(s, range, g, range, 0, g, g, NULL));
+  EXPECT_EQ(cm_storage_faulty_calls(s), 2);
+  EXPECT_OK(cm__storage_vm_unalias(s, range, g, g, g, NULL));
+  EXPECT_OK(cm__storage_vm_unmap(s, range, 0, g, g, NULL));
+  EXPECT_OK(cm__storage_vm_release(s, range, 2 * g, NULL));
+  cm_storage_destroy(s);
+}
+
 static void set_plan_resets_counters(void) {
   cm_storage_t *s = make_faulty(NULL);
   ASSERT(s != NULL);
@@ -302,6 +354,7 @@ int main(void) {
   CM_RUN(nth_zero_never_fails);
   CM_RUN(random_is_seeded_and_proportional);
   CM_RUN(vm_map_is_counted_and_fails);
+  CM_RUN(vm_alias_is_counted_and_fails);
   CM_RUN(set_plan_resets_counters);
   CM_RUN(argument_checks_and_ownership);
   CM_RUN(host_memory_through_decorator);

@@ -108,6 +108,7 @@ static void share_offers_only_what_the_device_has(void) {
   ASSERT_OK(cm_storage_create(&tiny_ops, t, &dev));
   ASSERT_OK(cm_storage_share_create(dev, &sh, NULL));
   EXPECT(!cm_storage_has_vm(sh));
+  EXPECT(!cm__storage_has_alias(sh));
   EXPECT(!cm_storage_can_copy(sh));
   EXPECT_STATUS(cm_storage_copy(sh, 1, 0, 2, 0, 8, NULL), CM_ENOTSUP);
   uint64_t f, tot;
@@ -124,6 +125,44 @@ static void share_offers_only_what_the_device_has(void) {
   EXPECT_EQ(r.addr, id << 20 | 8);
   cm_storage_dealloc(sh, id, 64);
   EXPECT_EQ(t->live, 0);
+  cm_storage_destroy(sh);
+  cm_storage_destroy(dev);
+}
+
+/* Aliases through a share: offered when the device's backend has them, made
+ * on the device (one capacity, one set of mappings), counted by the share
+ * alone. */
+static void share_forwards_aliases(void) {
+  cm_storage_t *dev = NULL, *sh = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, false, 0, &dev));
+  ASSERT_OK(cm_storage_share_create(dev, &sh, NULL));
+  ASSERT(cm__storage_has_alias(sh));
+  uint64_t g = cm__storage_vm_granularity(sh), r = 0;
+  ASSERT_OK(cm__storage_vm_reserve(sh, 4 * g, &r, NULL));
+  ASSERT_OK(cm__storage_vm_map(sh, r, 0, 2 * g, g, NULL));
+  ASSERT_OK(cm__storage_vm_alias(sh, r, 2 * g, r, 0, 2 * g, g, NULL));
+  cm_sim_state_t ss;
+  ASSERT_OK(cm_storage_sim_state(dev, &ss));
+  EXPECT_EQ(ss.aliases, 2);
+  EXPECT_EQ(ss.bytes_used, 2 * g);
+  cm_storage_stats_t st, ds;
+  cm_storage_stats(sh, &st);
+  cm_storage_stats(dev, &ds);
+  EXPECT_EQ(st.map_calls, 4);
+  EXPECT_EQ(st.set_access, 2);
+  EXPECT_EQ(st.bytes_held, 2 * g);
+  EXPECT_EQ(ds.map_calls, 0);
+  EXPECT_STATUS(cm__storage_vm_unmap(sh, r, 0, 2 * g, g, NULL), CM_EINVAL); /* aliased */
+  ASSERT_OK(cm__storage_vm_unalias(sh, r, 2 * g, 2 * g, g, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(sh, r, 0, 2 * g, g, NULL));
+  ASSERT_OK(cm__storage_vm_release(sh, r, 4 * g, NULL));
+  ASSERT_OK(cm_storage_sim_state(dev, &ss));
+  EXPECT_EQ(ss.aliases, 0);
+  EXPECT_EQ(ss.bytes_used, 0);
+  cm_storage_stats(sh, &st);
+  EXPECT_EQ(st.unmap_calls, 4);
+  EXPECT_EQ(st.releases, 2);
+  EXPECT_EQ(st.bytes_held, 0);
   cm_storage_destroy(sh);
   cm_storage_destroy(dev);
 }
@@ -195,6 +234,7 @@ static void share_starts_timing_with_the_device(void) {
 int main(void) {
   CM_RUN(share_forwards_and_counts_its_own);
   CM_RUN(share_offers_only_what_the_device_has);
+  CM_RUN(share_forwards_aliases);
   CM_RUN(release_leaves_device_intact);
   CM_RUN(share_refuses_null);
   CM_RUN(share_starts_timing_with_the_device);

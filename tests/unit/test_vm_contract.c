@@ -1,6 +1,7 @@
 /*
  * test_vm_contract.c - the driver's virtual-memory rules on the simulated
- * device, and the default layout living by them: real traces replayed under
+ * device (aliases, vm_alias, included: on the device, through a share and the
+ * fault injector), and the default layout living by them: real traces replayed under
  * every layout with no violation and nothing left mapped, out-of-memory met
  * by giving back cached memory (issue: fit under pressure), dry runs meeting
  * the device's limit, and cm_replay_fit.
@@ -11,6 +12,7 @@
 #include "cm_scenario.h"
 #include "cm_test.h"
 #include "cubemem/cubemem.h"
+#include "cubemem/faulty.h"
 #include "cubemem/replay.h"
 #include "storage/storage_internal.h"
 
@@ -126,6 +128,244 @@ static void host_refuses_what_the_driver_refuses(void) {
   EXPECT_EQ(ss.unmap_calls, 5);
   EXPECT_EQ(ss.address_frees, 1);
   cm_storage_destroy(s);
+}
+
+/* Bytes held, map and unmap calls, creates, releases, set-access calls and
+ * violations of s, for the "nothing changed" checks. */
+typedef struct vm_counts {
+  uint64_t held, map_calls, unmap_calls, creates, releases, set_access, violations;
+} vm_counts;
+static vm_counts counts(cm_storage_t *s) {
+  cm_storage_stats_t st;
+  cm_storage_stats(s, &st);
+  return (vm_counts){st.bytes_held, st.map_calls, st.unmap_calls, st.creates, st.releases,
+                     st.set_access, st.violations};
+}
+#define EXPECT_COUNTS(now, was, dviolations)                                  \
+  do {                                                                        \
+    vm_counts n__ = (now), w__ = (was);                                       \
+    EXPECT_EQ(n__.held, w__.held);                                            \
+    EXPECT_EQ(n__.map_calls, w__.map_calls);                                  \
+    EXPECT_EQ(n__.unmap_calls, w__.unmap_calls);                              \
+    EXPECT_EQ(n__.creates, w__.creates);                                      \
+    EXPECT_EQ(n__.releases, w__.releases);                                    \
+    EXPECT_EQ(n__.set_access, w__.set_access);                                \
+    EXPECT_EQ(n__.violations, w__.violations + (dviolations));                \
+  } while (0)
+
+/* Aliases (storage.h's vm_alias) on storage s of granule g, through the
+ * wrapper: what the contract allows, counted as it says, and every refusal
+ * changing nothing. `sim` is the simulated device itself (its state is
+ * checked too); `copies`: s checks access through cm_storage_copy. Leaves
+ * nothing reserved or mapped. */
+static void alias_contract(cm_storage_t *s, uint64_t g, bool sim, bool copies) {
+  ASSERT(cm__storage_has_alias(s));
+  cm_diag_t d;
+  uint64_t a = 0, b = 0;
+  /* A: [0, 2g) two objects of g, [4g, 6g) one object of 2g; B: [2g, 3g) one object of g */
+  ASSERT_OK(cm__storage_vm_reserve(s, 8 * g, &a, NULL));
+  ASSERT_OK(cm__storage_vm_reserve(s, 4 * g, &b, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, a, 0, 2 * g, g, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, a, 4 * g, 2 * g, 2 * g, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, b, 2 * g, g, g, NULL));
+  vm_counts c0 = counts(s);
+  EXPECT_EQ(c0.held, 5 * g);
+
+  /* B[0, 2g) shows A's two objects: two maps and one set-access, no create, no bytes */
+  ASSERT_OK(cm__storage_vm_alias(s, b, 0, a, 0, 2 * g, g, NULL));
+  vm_counts c1 = counts(s);
+  EXPECT_EQ(c1.held, c0.held);
+  EXPECT_EQ(c1.creates, c0.creates);
+  EXPECT_EQ(c1.map_calls, c0.map_calls + 2);
+  EXPECT_EQ(c1.set_access, c0.set_access + 1);
+  EXPECT_EQ(c1.violations, c0.violations);
+  cm_storage_stats_t st;
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.bytes_held_peak, 5 * g);
+  if (sim) {
+    cm_sim_state_t ss = state(s);
+    EXPECT_EQ(ss.aliases, 2);
+    EXPECT_EQ(ss.mappings, 4); /* objects: an alias is not one */
+    EXPECT_EQ(ss.bytes_used, 5 * g);
+  }
+  if (copies) { /* the aliased range is mapped with access; B[3g, 4g) is not */
+    EXPECT_OK(cm_storage_copy(s, b, 0, a, 4 * g, 2 * g, NULL));
+    EXPECT_OK(cm_storage_copy(s, a, 4 * g, b, g, g, NULL));
+    EXPECT_OK(cm_storage_copy_wait(s, NULL));
+    EXPECT_STATUS(cm_storage_copy(s, b, 3 * g, a, 4 * g, g, NULL), CM_EINVAL);
+    c1 = counts(s);
+  }
+
+  /* refusals: each CM_EINVAL (CM_EHANDLE for an unknown id), nothing changes */
+  uint64_t refused = 0;
+#define REFUSE(call, code, needle)                        \
+  do {                                                    \
+    cm_diag_clear(&d);                                    \
+    EXPECT_STATUS(call, code);                            \
+    if (*(needle)) EXPECT_CONTAINS(d.message, needle);    \
+    refused++;                                            \
+  } while (0)
+  REFUSE(cm__storage_vm_alias(s, b, g / 2, a, 4 * g, 2 * g, 2 * g, &d), CM_EINVAL, "");
+  REFUSE(cm__storage_vm_alias(s, b, g, a, 4 * g, 2 * g, 2 * g, &d), CM_EINVAL, "");  /* overlaps */
+  REFUSE(cm__storage_vm_alias(s, b, 3 * g, a, 4 * g, 2 * g, 2 * g, &d), CM_EINVAL, ""); /* past end */
+  REFUSE(cm__storage_vm_alias(s, a, 6 * g, a, 4 * g, g, g, &d), CM_EINVAL, "alias"); /* half an object */
+  REFUSE(cm__storage_vm_alias(s, a, 6 * g, a, 2 * g, g, g, &d), CM_EINVAL, "alias"); /* not mapped */
+  REFUSE(cm__storage_vm_alias(s, a, 6 * g, a, 0, 3 * g, g, &d), CM_EINVAL, "alias"); /* runs past */
+  REFUSE(cm__storage_vm_alias(s, a, 0, a, 4 * g, 2 * g, 2 * g, &d), CM_EINVAL, ""); /* dst mapped */
+  REFUSE(cm__storage_vm_alias(s, a, 6 * g, b, 0, g, g, &d), CM_EINVAL, "itself an alias");
+  REFUSE(cm__storage_vm_alias(s, a, 6 * g, b, g / 2, g, g / 2, &d), CM_EINVAL, "");
+  REFUSE(cm__storage_vm_alias(s, 999, 0, a, 0, g, g, &d), CM_EHANDLE, "");
+  REFUSE(cm__storage_vm_alias(s, b, 3 * g, 999, 0, g, g, &d), CM_EHANDLE, "");
+  /* the originals under a live alias stay, whole or in part */
+  REFUSE(cm__storage_vm_unmap(s, a, 0, 2 * g, g, &d), CM_EINVAL, "has an alias at");
+  REFUSE(cm__storage_vm_unmap(s, a, g, g, g, &d), CM_EINVAL, "has an alias at");
+  /* B[g, 3g) is an alias and an original: one call unmaps one kind */
+  REFUSE(cm__storage_vm_unalias(s, b, g, 2 * g, g, &d), CM_EINVAL, "one kind");
+  REFUSE(cm__storage_vm_unmap(s, b, g, 2 * g, g, &d), CM_EINVAL, "one kind");
+  REFUSE(cm__storage_vm_unalias(s, b, 0, g / 2, g, &d), CM_EINVAL, ""); /* part of an alias */
+  REFUSE(cm__storage_vm_unalias(s, b, 0, 2 * g, 2 * g, &d), CM_EINVAL, ""); /* other pieces */
+  REFUSE(cm__storage_vm_release(s, b, 4 * g, &d), CM_EINVAL, ""); /* aliases remain */
+  REFUSE(cm__storage_vm_release(s, a, 8 * g, &d), CM_EINVAL, "");
+#undef REFUSE
+  vm_counts c2 = counts(s);
+  EXPECT_COUNTS(c2, c1, refused);
+  if (sim) {
+    cm_sim_state_t ss = state(s);
+    EXPECT_EQ(ss.aliases, 2);
+    EXPECT_EQ(ss.mappings, 4);
+    EXPECT_EQ(ss.bytes_used, 5 * g);
+    EXPECT_EQ(ss.violations, refused + (copies ? 1 : 0));
+  }
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.failed_allocs, 11); /* the vm_alias calls refused */
+
+  /* an alias in the same reservation as its source (A's [4g, 6g) at A[6g, 8g)) */
+  ASSERT_OK(cm__storage_vm_alias(s, a, 6 * g, a, 4 * g, 2 * g, 2 * g, NULL));
+  EXPECT_EQ(counts(s).held, 5 * g);
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, a, 4 * g, 2 * g, 2 * g, &d), CM_EINVAL);
+  EXPECT_CONTAINS(d.message, "has an alias at [");
+  ASSERT_OK(cm__storage_vm_unalias(s, a, 6 * g, 2 * g, 2 * g, NULL));
+  /* an object with two aliases at once: A[0, g) at B[0, g) and at A[6g, 7g) */
+  ASSERT_OK(cm__storage_vm_alias(s, a, 6 * g, a, 0, g, g, NULL));
+  if (sim) EXPECT_EQ(state(s).aliases, 3);
+
+  /* an alias goes piece by piece: its original is free to go once its own alias went */
+  vm_counts c3 = counts(s);
+  ASSERT_OK(cm__storage_vm_unalias(s, b, g, g, g, NULL));
+  vm_counts c4 = counts(s);
+  EXPECT_EQ(c4.unmap_calls, c3.unmap_calls + 1);
+  EXPECT_EQ(c4.releases, c3.releases);
+  EXPECT_EQ(c4.held, c3.held);
+  ASSERT_OK(cm__storage_vm_unmap(s, a, g, g, g, NULL)); /* its alias is gone */
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, a, 0, g, g, &d), CM_EINVAL); /* two aliases of it */
+  EXPECT_CONTAINS(d.message, "has an alias at [");
+  ASSERT_OK(cm__storage_vm_unalias(s, b, 0, g, g, NULL));
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_unmap(s, a, 0, g, g, &d), CM_EINVAL); /* one left */
+  EXPECT_CONTAINS(d.message, "has an alias at [");
+  ASSERT_OK(cm__storage_vm_unalias(s, a, 6 * g, g, g, NULL));
+  if (sim) EXPECT_EQ(state(s).aliases, 0);
+  ASSERT_OK(cm__storage_vm_unmap(s, a, 0, g, g, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(s, a, 4 * g, 2 * g, 2 * g, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(s, b, 2 * g, g, g, NULL));
+  ASSERT_OK(cm__storage_vm_release(s, a, 8 * g, NULL));
+  ASSERT_OK(cm__storage_vm_release(s, b, 4 * g, NULL));
+  vm_counts c5 = counts(s);
+  EXPECT_EQ(c5.held, 0);
+  EXPECT_EQ(c5.creates - c0.creates, 0);
+  EXPECT_EQ(c5.releases + 0, c0.creates); /* every object made was released once */
+  EXPECT_EQ(c5.map_calls - c0.map_calls, 4);   /* aliases of 2 + 1 + 1 objects */
+  EXPECT_EQ(c5.set_access - c0.set_access, 3); /* one per vm_alias */
+  EXPECT_EQ(c5.unmap_calls, 4 + 4);            /* 4 aliases and 4 originals */
+  EXPECT_EQ(c5.violations, c2.violations + 3);
+  cm_storage_stats(s, &st);
+  EXPECT_EQ(st.vm_reserved, 0);
+  if (sim) {
+    cm_sim_state_t ss = state(s);
+    EXPECT_EQ(ss.aliases, 0);
+    EXPECT_EQ(ss.mappings, 0);
+    EXPECT_EQ(ss.reservations, 0);
+    EXPECT_EQ(ss.bytes_used, 0);
+    EXPECT_EQ(ss.bytes_used_peak, 5 * g);
+  }
+}
+
+/* The simulated device aliases under the contract; so does it through a
+ * share and through the fault injector, which fails an alias on its turn
+ * (CM_ESTORAGE, nothing changed). Host storage has no aliases. */
+static void aliases_follow_the_contract(void) {
+  cm_storage_t *s = NULL;
+  ASSERT_OK(cm_storage_sim_create(64 * MiB, true, 0, &s));
+  alias_contract(s, G, true, true);
+  /* aliases take no capacity: a full device still aliases */
+  uint64_t a = 0, b = 0;
+  ASSERT_OK(cm__storage_vm_reserve(s, 32 * G, &a, NULL));
+  ASSERT_OK(cm__storage_vm_reserve(s, 32 * G, &b, NULL));
+  ASSERT_OK(cm__storage_vm_map(s, a, 0, 32 * G, G, NULL)); /* 64 MiB: all of it */
+  EXPECT_STATUS(cm__storage_vm_map(s, b, 0, G, G, NULL), CM_EOOM);
+  ASSERT_OK(cm__storage_vm_alias(s, b, 0, a, 0, 32 * G, G, NULL));
+  EXPECT_EQ(state(s).bytes_used, 64 * MiB);
+  EXPECT_EQ(state(s).aliases, 32);
+  cm_storage_destroy(s); /* with aliases and mappings live: nothing leaks */
+
+  /* through a share of the device, counted by the share */
+  cm_storage_t *dev = NULL, *sh = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, false, 0, &dev));
+  ASSERT_OK(cm_storage_share_create(dev, &sh, NULL));
+  alias_contract(sh, G, false, true);
+  EXPECT_EQ(state(dev).aliases, 0);
+  EXPECT_EQ(state(dev).bytes_used, 0);
+  cm_storage_destroy(sh);
+  cm_storage_destroy(dev);
+
+  /* through the fault injector: with no plan it passes everything */
+  cm_storage_t *inner = NULL, *f = NULL;
+  ASSERT_OK(cm_storage_sim_create(0, false, 0, &inner));
+  ASSERT_OK(cm_storage_faulty_create(inner, NULL, &f));
+  alias_contract(f, G, false, true);
+  cm_fault_plan_t p;
+  cm_fault_plan_init(&p);
+  p.mode = CM_FAULT_NTH;
+  p.nth = 2;
+  p.ops = CM_FAULT_OP_VM_ALIAS;
+  ASSERT_OK(cm_storage_faulty_set_plan(f, &p));
+  ASSERT_OK(cm__storage_vm_reserve(f, 4 * G, &a, NULL));
+  ASSERT_OK(cm__storage_vm_map(f, a, 0, G, G, NULL));
+  ASSERT_OK(cm__storage_vm_alias(f, a, G, a, 0, G, G, NULL)); /* call 1 */
+  vm_counts before = counts(f);
+  cm_diag_t d;
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(f, a, 2 * G, a, 0, G, G, &d), CM_ESTORAGE); /* call 2 */
+  EXPECT_CONTAINS(d.message, "vm_alias call 2");
+  vm_counts after = counts(f);
+  EXPECT_EQ(after.held, before.held);
+  EXPECT_EQ(after.map_calls, before.map_calls);
+  EXPECT_EQ(after.violations, before.violations);
+  EXPECT_EQ(cm_storage_faulty_injected(f), 1);
+  EXPECT_EQ(cm_storage_faulty_calls(f), 2);
+  ASSERT_OK(cm__storage_vm_alias(f, a, 2 * G, a, 0, G, G, NULL)); /* call 3: it was not made */
+  ASSERT_OK(cm__storage_vm_unalias(f, a, G, 2 * G, G, NULL));
+  ASSERT_OK(cm__storage_vm_unmap(f, a, 0, G, G, NULL));
+  ASSERT_OK(cm__storage_vm_release(f, a, 4 * G, NULL));
+  EXPECT_EQ(cm_storage_bytes_held(f), 0);
+  cm_storage_destroy(f);
+
+  /* host storage: VM, but no aliases */
+  cm_storage_t *h = NULL;
+  ASSERT_OK(cm_storage_host_create(0, &h));
+  EXPECT(cm_storage_has_vm(h));
+  EXPECT(!cm__storage_has_alias(h));
+  cm_diag_clear(&d);
+  EXPECT_STATUS(cm__storage_vm_alias(h, 1, 0, 1, 0, 64 * 1024, 64 * 1024, &d), CM_ENOTSUP);
+  EXPECT_CONTAINS(d.message, "second time");
+  cm_storage_t *hs = NULL;
+  ASSERT_OK(cm_storage_share_create(h, &hs, NULL));
+  EXPECT(cm_storage_has_vm(hs));
+  EXPECT(!cm__storage_has_alias(hs));
+  cm_storage_destroy(hs);
+  cm_storage_destroy(h);
 }
 
 /* Replay a trace through `layout` on a strict sim of `capacity`; expect no
@@ -498,6 +738,7 @@ static void larger_than_the_device_fails_fast(void) {
 int main(void) {
   CM_RUN(sim_refuses_what_the_driver_refuses);
   CM_RUN(host_refuses_what_the_driver_refuses);
+  CM_RUN(aliases_follow_the_contract);
   CM_RUN(replays_follow_the_rules);
   CM_RUN(shared_traces_follow_the_rules);
   CM_RUN(oom_means_out_of_memory);

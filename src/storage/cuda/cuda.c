@@ -76,6 +76,7 @@ static const sym_def k_syms[] = {
     SYM(MemSetAccess, "cuMemSetAccess", NULL, false),
     SYM(MemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL, false),
     SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL, false),
+    SYM(MemRetainAllocationHandle, "cuMemRetainAllocationHandle", NULL, false),
 };
 #undef SYM
 

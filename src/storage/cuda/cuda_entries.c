@@ -7,7 +7,9 @@
  * cuda_vm.c (virtual memory): it calls neither.
  * Invariants: every entry is in the table exactly once until it is removed;
  * an entry's memory is freed exactly once; a mapping record stays while its
- * unmap fails, a handle stays in `unreleased` while its release fails.
+ * unmap fails, a handle stays in `unreleased` while its release fails; an
+ * alias record's handle is never released through it (storage->naliases
+ * counts the alias records).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -129,6 +131,10 @@ size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n) {
     if (r != CUDA_SUCCESS) {
       failed++;
       e->maps[w++] = m; /* still mapped: keep the record */
+      continue;
+    }
+    if (m.alias) { /* a second mapping: the object is the original mapping's to release */
+      s->naliases--;
       continue;
     }
     CU_TIMED(s, CU_RELEASE, r = a->MemRelease(m.handle));

@@ -33,6 +33,9 @@
  *   cuMemAllocAsync, cuMemFreeAsync; virtual memory (CUDA >= 10.2, optional):
  *   cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease,
  *   cuMemMap, cuMemUnmap, cuMemSetAccess, cuMemGetAllocationGranularity;
+ *   aliases (optional: without it the storage has no vm_alias):
+ *   cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+ *   (CUDA >= 11.0: the handle mapped at addr, with one more reference);
  *   copies (optional): cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr
  *   src, size_t ByteCount, CUstream).
  *   CUmemAllocationProp = {int type; int requestedHandleTypes;
@@ -144,6 +147,8 @@ typedef struct cu_api {
   CUresult (*MemUnmap)(CUdeviceptr p, size_t size);
   CUresult (*MemSetAccess)(CUdeviceptr p, size_t size, const cu_access_desc *desc, size_t count);
   CUresult (*MemGetAllocationGranularity)(size_t *g, const cu_alloc_prop *prop, int option);
+  /* aliases (vm_alias; optional: without it the storage has no vm_alias) */
+  CUresult (*MemRetainAllocationHandle)(CUmemGenericAllocationHandle *h, void *addr);
   /* copies (relocation; optional: without it the storage cannot copy) */
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 } cu_api;
@@ -175,9 +180,15 @@ struct cm_cuda_device {
 
 typedef enum entry_kind { K_ZERO, K_SYNC, K_ASYNC, K_VM, K_HOST } entry_kind;
 
+/* One mapping of a reservation. An alias (vm_alias) maps, a second time,
+ * the object that vm_map mapped at src_off of reservation src_id: unmapping
+ * it releases nothing (the handle is the original mapping's, released when
+ * that one goes). */
 typedef struct vm_mapping {
   uint64_t offset, size;
   CUmemGenericAllocationHandle handle;
+  bool alias;
+  uint64_t src_id, src_off; /* aliases: the original mapping */
 } vm_mapping;
 
 typedef struct entry {
@@ -220,6 +231,9 @@ typedef struct cuda_storage {
   CUmemGenericAllocationHandle *unreleased;
   size_t nunreleased, capunreleased;
   CUevent copy_event; /* recorded after the copies, waited on by copy_wait (lazily created) */
+  /* Alias mappings live in this storage's reservations (dev->lock): while
+   * it is 0, no check looks for aliases. */
+  uint64_t naliases;
 } cuda_storage;
 
 /* Run `expr` (one driver call of kind k on storage s), adding the time it
@@ -265,9 +279,9 @@ int cm__cuda_free_entry_memory(cuda_storage *s, entry *e);
 /* Free an entry record (not its memory). */
 void cm__cuda_destroy_entry(entry *e);
 
-/* Unmap and release mappings [i, i+n) of e (context pushed); the failures
- * are counted in free_errors. Returns the number that failed; those stay
- * recorded. */
+/* Unmap and release mappings [i, i+n) of e (context pushed; aliases are
+ * unmapped only, not released); the failures are counted in free_errors.
+ * Returns the number that failed; those stay recorded. */
 size_t cm__cuda_unmap_records(cuda_storage *s, entry *e, size_t i, size_t n);
 /* Release the handles whose cuMemRelease failed before (dev->lock held or
  * the storage going, context pushed); those that fail again stay. Returns
@@ -286,5 +300,7 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
 int cm__cuda_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
                       cm_diag_t *diag);
 int cm__cuda_vm_release(void *ctx, uint64_t id, cm_diag_t *diag);
+int cm__cuda_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                      uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag);
 
 #endif

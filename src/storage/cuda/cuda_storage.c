@@ -356,29 +356,25 @@ static void call_times(void *ctx, cm_call_times_t *out) {
                            .mem_queries = v[CU_MEM_QUERY]};
 }
 
-static const cm_storage_ops_t k_cuda_ops = {
-    .name = "cuda",
-    .mem_info = dev_mem_info,
-    .alignment = dev_alignment,
-    .alloc = dev_alloc,
-    .dealloc = dev_dealloc,
-    .flush = dev_flush,
-    .get = storage_get,
-    .release = storage_release,
-    .event_record = dev_event_record,
-    .event_query = dev_event_query,
-    .event_sync = dev_event_sync,
-    .event_destroy = dev_event_destroy,
-    .vm_granularity = cm__cuda_vm_granularity,
-    .vm_reserve = cm__cuda_vm_reserve,
-    .vm_map = cm__cuda_vm_map,
-    .vm_unmap = cm__cuda_vm_unmap,
-    .vm_release = cm__cuda_vm_release,
-    .set_timing = set_timing,
-    .call_times = call_times,
-    .copy = dev_copy,
-    .copy_wait = dev_copy_wait,
-};
+/* The device storage's operations: with vm_alias when the driver has
+ * cuMemRetainAllocationHandle (and the device VM), without otherwise, so
+ * that cm__storage_has_alias answers for the driver at hand. */
+#define CUDA_OPS(ALIAS)                                                                        \
+  {.name = "cuda", .mem_info = dev_mem_info, .alignment = dev_alignment, .alloc = dev_alloc,   \
+   .dealloc = dev_dealloc, .flush = dev_flush, .get = storage_get, .release = storage_release, \
+   .event_record = dev_event_record, .event_query = dev_event_query,                           \
+   .event_sync = dev_event_sync, .event_destroy = dev_event_destroy,                           \
+   .vm_granularity = cm__cuda_vm_granularity, .vm_reserve = cm__cuda_vm_reserve,               \
+   .vm_map = cm__cuda_vm_map, .vm_unmap = cm__cuda_vm_unmap, .vm_release = cm__cuda_vm_release, \
+   .set_timing = set_timing, .call_times = call_times, .copy = dev_copy,                       \
+   .copy_wait = dev_copy_wait, .vm_alias = (ALIAS) ? cm__cuda_vm_alias : NULL}
+static const cm_storage_ops_t k_cuda_ops[2] = {CUDA_OPS(0), CUDA_OPS(1)};
+#undef CUDA_OPS
+
+/* Is `storage` a CUDA device storage (either table)? */
+static bool is_device_storage(const cm_storage_t *storage) {
+  return storage && (storage->ops == &k_cuda_ops[0] || storage->ops == &k_cuda_ops[1]);
+}
 
 /* pinned host memory */
 static int host_alloc(void *ctx, uint64_t size, uint64_t *out_id, cm_diag_t *diag) {
@@ -490,7 +486,8 @@ static int make_storage(cm_cuda_device_t *dev, void *stream, cm_cuda_allocator_t
     }
   }
   cm_storage_t *st = NULL;
-  int rc = cm_storage_create(pinned ? &k_pinned_ops : &k_cuda_ops, s, &st);
+  bool alias = s->granularity && dev->api.MemRetainAllocationHandle;
+  int rc = cm_storage_create(pinned ? &k_pinned_ops : &k_cuda_ops[alias], s, &st);
   if (rc != CM_OK) {
     free(s);
     return cm__diag_set(diag, rc, "cannot wrap the CUDA storage: %s", cm_strerror(rc));
@@ -555,7 +552,7 @@ const char *cm_cuda_allocator_name(cm_cuda_allocator_t kind) {
 void cm_cuda_storage_counters(const cm_storage_t *storage, cm_cuda_storage_counters_t *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
-  if (!storage || storage->ops != &k_cuda_ops) return;
+  if (!is_device_storage(storage)) return;
   const cuda_storage *s = storage->ctx;
   out->async_allocs = atomic_load(&s->async_allocs);
   out->sync_allocs = atomic_load(&s->sync_allocs);
@@ -570,7 +567,7 @@ void cm_cuda_storage_counters(const cm_storage_t *storage, cm_cuda_storage_count
 /* ---- stream lifetime ---------------------------------------------------------- */
 
 void cm_cuda_storage_retire(cm_storage_t *storage) {
-  if (!storage || storage->ops != &k_cuda_ops) return;
+  if (!is_device_storage(storage)) return;
   cuda_storage *s = storage->ctx;
   s->retired = true;
 }

@@ -2,7 +2,8 @@
  * cuda_vm.c - virtual memory of the CUDA device storage (cm_storage_ops_t
  * vm_*; cubemem/cuda.h): address reservations, mappings of physical objects
  * with access for the device and its peers, unmapping after the storage's
- * stream is idle, and peer access grants over the existing mappings.
+ * stream is idle, aliases (a second mapping of an object, vm_alias), and
+ * peer access grants over the existing mappings.
  * Records change under the device's lock (cuda_internal.h).
  */
 #include <inttypes.h>
@@ -80,6 +81,69 @@ static size_t map_lower(const entry *e, uint64_t off) {
   return lo;
 }
 
+/* Read-write access to [p, p+size) for this device and every peer granted
+ * access, in one call (dev->lock held, context pushed). */
+static CUresult set_access(cuda_storage *s, CUdeviceptr p, uint64_t size) {
+  cu_access_desc acc[CM_CUDA_MAX_PEERS + 1];
+  size_t nacc = 0;
+  acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
+                                 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  for (int q = 0; q < CM_CUDA_MAX_PEERS; q++)
+    if (s->dev->peers & (1ull << q))
+      acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, q},
+                                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUresult r;
+  CU_TIMED(s, CU_SET_ACCESS, r = s->dev->api.MemSetAccess(p, (size_t)size, acc, nacc));
+  return r;
+}
+
+/* Room for `more` mapping records in e (dev->lock held); false on host OOM. */
+static bool maps_room(entry *e, size_t more) {
+  if (e->nmaps + more <= e->capmaps) return true;
+  size_t ncap = e->capmaps ? e->capmaps : 4;
+  while (ncap < e->nmaps + more) ncap *= 2;
+  vm_mapping *nm = realloc(e->maps, ncap * sizeof *nm);
+  if (!nm) return false;
+  e->maps = nm;
+  e->capmaps = ncap;
+  return true;
+}
+
+/* The run of whole mappings of `piece` bytes that tiles [offset,
+ * offset+size) of e exactly: its first index in *at and its length in *n;
+ * false when there is none. */
+static bool whole_run(const entry *e, uint64_t offset, uint64_t size, uint64_t piece, size_t *at,
+                      size_t *n) {
+  size_t i = map_lower(e, offset), k = 0;
+  uint64_t end = offset;
+  while (i + k < e->nmaps && end < offset + size && e->maps[i + k].offset == end &&
+         e->maps[i + k].size == piece) {
+    end += piece;
+    k++;
+  }
+  *at = i;
+  *n = k;
+  return size != 0 && piece != 0 && end == offset + size;
+}
+
+/* An alias of a mapping in [off, off+size) of reservation id, or NULL
+ * (dev->lock held; scans every mapping, so only while aliases exist). */
+static const vm_mapping *alias_of(const cuda_storage *s, uint64_t id, uint64_t off,
+                                  uint64_t size, uint64_t *alias_id) {
+  for (size_t i = 0; i < s->entries.cap; i++) {
+    const entry *e = s->entries.slots[i].value;
+    if (!s->entries.slots[i].key || !e || e->kind != K_VM) continue;
+    for (size_t k = 0; k < e->nmaps; k++) {
+      const vm_mapping *m = &e->maps[k];
+      if (m->alias && m->src_id == id && m->src_off >= off && m->src_off - off < size) {
+        *alias_id = e->id;
+        return m;
+      }
+    }
+  }
+  return NULL;
+}
+
 int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint64_t piece,
                     cm_diag_t *diag) {
   cuda_storage *s = ctx;
@@ -99,16 +163,9 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
                         size);
   size_t n = (size_t)(size / piece);
   pthread_mutex_lock(&s->dev->lock); /* the records change: see cm_cuda_device_enable_peer_access */
-  if (e->nmaps + n > e->capmaps) { /* make room first: recording must not fail later */
-    size_t ncap = e->capmaps ? e->capmaps : 4;
-    while (ncap < e->nmaps + n) ncap *= 2;
-    vm_mapping *nm = realloc(e->maps, ncap * sizeof *nm);
-    if (!nm) {
-      pthread_mutex_unlock(&s->dev->lock);
-      return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
-    }
-    e->maps = nm;
-    e->capmaps = ncap;
+  if (!maps_room(e, n)) { /* make room first: recording must not fail later */
+    pthread_mutex_unlock(&s->dev->lock);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
   }
   int rc = cm__cuda_ctx_push(s->dev, diag);
   if (rc != CM_OK) {
@@ -139,19 +196,10 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
       what = "cuMemMap";
       break;
     }
-    e->maps[at + done] = (vm_mapping){off, piece, h};
+    e->maps[at + done] = (vm_mapping){.offset = off, .size = piece, .handle = h};
   }
   if (!what) {
-    /* One call for the whole range: this device and every peer granted access. */
-    cu_access_desc acc[CM_CUDA_MAX_PEERS + 1];
-    size_t nacc = 0;
-    acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, s->dev->ordinal},
-                                   .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    for (int p = 0; p < CM_CUDA_MAX_PEERS; p++)
-      if (s->dev->peers & (1ull << p))
-        acc[nacc++] = (cu_access_desc){.location = {CU_MEM_LOCATION_TYPE_DEVICE, p},
-                                       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    CU_TIMED(s, CU_SET_ACCESS, r = a->MemSetAccess(e->ptr + offset, (size_t)size, acc, nacc));
+    r = set_access(s, e->ptr + offset, size);
     if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
   }
   if (done < n) /* close the gap left by the pieces that were not mapped */
@@ -178,19 +226,33 @@ int cm__cuda_vm_unmap(void *ctx, uint64_t id, uint64_t offset, uint64_t size, ui
   cuda_storage *s = ctx;
   entry *e = vm_entry(s, id, diag);
   if (!e) return CM_EHANDLE;
-  size_t at = map_lower(e, offset), n = 0;
-  uint64_t end = offset;
-  while (at + n < e->nmaps && end < offset + size && e->maps[at + n].offset == end &&
-         e->maps[at + n].size == piece) {
-    end += piece;
-    n++;
-  }
-  if (size == 0 || piece == 0 || end != offset + size)
+  size_t at, n;
+  if (!whole_run(e, offset, size, piece, &at, &n))
     return cm__diag_set(diag, CM_EINVAL,
                         "cannot unmap [%" PRIu64 ", +%" PRIu64 "): it is not exactly a run of whole "
                         "mappings of %" PRIu64 " bytes",
                         offset, size, piece);
   pthread_mutex_lock(&s->dev->lock);
+  if (s->naliases) { /* one kind per call, and no original unmapped under its alias */
+    size_t na = 0;
+    for (size_t k = at; k < at + n; k++) na += e->maps[k].alias;
+    uint64_t alias_id = 0;
+    const vm_mapping *m = na ? NULL : alias_of(s, id, offset, size, &alias_id);
+    if ((na && na != n) || m) {
+      pthread_mutex_unlock(&s->dev->lock);
+      if (m)
+        return cm__diag_set(diag, CM_EINVAL,
+                            "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                            "): the mapping at offset %" PRIu64 " has an alias at [%" PRIu64
+                            ", +%" PRIu64 ") of StorageId(%" PRIu64 "); unmap the alias first",
+                            offset, size, id, m->src_off, m->offset, m->size, alias_id);
+      return cm__diag_set(diag, CM_EINVAL,
+                          "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                          "): it holds %zu aliases and %zu original mappings, and one call "
+                          "unmaps one kind",
+                          offset, size, id, na, n - na);
+    }
+  }
   int rc = cm__cuda_ctx_push(s->dev, diag);
   if (rc != CM_OK) {
     pthread_mutex_unlock(&s->dev->lock);
@@ -238,6 +300,113 @@ int cm__cuda_vm_release(void *ctx, uint64_t id, cm_diag_t *diag) {
   pthread_mutex_unlock(&s->dev->lock);
   return CM_OK;
 }
+/* A second mapping of existing objects (storage.h's vm_alias): for each
+ * original mapping of the source range, cuMemRetainAllocationHandle on its
+ * address (its handle, with one more reference), cuMemMap of that handle at
+ * the destination and cuMemRelease of the retained reference (the new
+ * mapping keeps the object alive); then one cuMemSetAccess over the whole
+ * destination. On a failure the pieces this call mapped are unmapped (never
+ * released: they are the originals' objects). The retain and the release of
+ * the retained reference are not timed by kind (call_times): they are not
+ * counted calls (storage.h), and their time would skew the time per counted
+ * map or release; the wrapper's time_map_ns includes them. */
+int cm__cuda_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src_id,
+                      uint64_t src_off, uint64_t size, uint64_t piece, cm_diag_t *diag) {
+  cuda_storage *s = ctx;
+  const cu_api *a = &s->dev->api;
+  if (!s->granularity || !a->MemRetainAllocationHandle)
+    return cm__diag_set(diag, CM_ENOTSUP,
+                        "this CUDA driver has no cuMemRetainAllocationHandle: no aliases");
+  entry *d = vm_entry(s, dst_id, diag);
+  if (!d) return CM_EHANDLE;
+  entry *src = vm_entry(s, src_id, diag);
+  if (!src) return CM_EHANDLE;
+  uint64_t g = s->granularity;
+  size_t sat, sn;
+  if (piece == 0 || piece % g || !whole_run(src, src_off, size, piece, &sat, &sn))
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cannot alias [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                        "): it is not exactly a run of whole mappings of %" PRIu64
+                        " bytes (granule %" PRIu64 ")",
+                        src_off, size, src_id, piece, g);
+  for (size_t k = sat; k < sat + sn; k++)
+    if (src->maps[k].alias)
+      return cm__diag_set(diag, CM_EINVAL,
+                          "cannot alias [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                          "): offset %" PRIu64 " is itself an alias (of offset %" PRIu64
+                          " of StorageId(%" PRIu64 ")), and an alias is not aliased",
+                          src_off, size, src_id, src->maps[k].offset, src->maps[k].src_off,
+                          src->maps[k].src_id);
+  if (dst_off % g || dst_off > d->reserved || size > d->reserved - dst_off)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cannot alias into [%" PRIu64 ", +%" PRIu64 ") of a %" PRIu64
+                        "-byte reservation (granule %" PRIu64 ")",
+                        dst_off, size, d->reserved, g);
+  size_t at = map_lower(d, dst_off);
+  if (at < d->nmaps && d->maps[at].offset < dst_off + size)
+    return cm__diag_set(diag, CM_EINVAL,
+                        "cannot alias into [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
+                        "): it is already mapped",
+                        dst_off, size, dst_id);
+  size_t n = sn;
+  pthread_mutex_lock(&s->dev->lock); /* the records change: see cm_cuda_device_enable_peer_access */
+  if (!maps_room(d, n)) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
+  }
+  int rc = cm__cuda_ctx_push(s->dev, diag);
+  if (rc != CM_OK) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return rc;
+  }
+  /* d may be src: the source records are read through their offsets, which
+   * the insertion below does not change, not through indices */
+  memmove(d->maps + at + n, d->maps + at, (d->nmaps - at) * sizeof *d->maps);
+  size_t done = 0;
+  CUresult r = CUDA_SUCCESS;
+  const char *what = NULL;
+  for (; done < n; done++) {
+    uint64_t so = src_off + done * piece, off = dst_off + done * piece;
+    CUmemGenericAllocationHandle h = 0;
+    r = a->MemRetainAllocationHandle(&h, (void *)(uintptr_t)(src->ptr + so));
+    if (r != CUDA_SUCCESS) {
+      what = "cuMemRetainAllocationHandle";
+      break;
+    }
+    CUresult mr;
+    CU_TIMED(s, CU_MAP, mr = a->MemMap(d->ptr + off, (size_t)piece, 0, h, 0));
+    CUresult rr = a->MemRelease(h); /* the retained reference; a mapping holds the object */
+    if (rr != CUDA_SUCCESS) { /* released again later: the reference is not lost */
+      atomic_fetch_add(&s->free_errors, 1);
+      cm__cuda_keep_unreleased(s, h);
+    }
+    if (mr != CUDA_SUCCESS) {
+      r = mr;
+      what = "cuMemMap";
+      break;
+    }
+    d->maps[at + done] = (vm_mapping){.offset = off, .size = piece, .handle = h, .alias = true,
+                                      .src_id = src_id, .src_off = so};
+    s->naliases++;
+  }
+  if (!what) {
+    r = set_access(s, d->ptr + dst_off, size);
+    if (r != CUDA_SUCCESS) what = "cuMemSetAccess";
+  }
+  if (done < n) /* close the gap left by the pieces that were not mapped */
+    memmove(d->maps + at + done, d->maps + at + n, (d->nmaps - at) * sizeof *d->maps);
+  d->nmaps += done;
+  if (what) { /* undo what this call mapped: unmap only (alias records release nothing) */
+    (void)cm__cuda_unmap_records(s, d, at, done);
+    cm__cuda_ctx_pop(s->dev);
+    pthread_mutex_unlock(&s->dev->lock);
+    return cm__cuda_driver_error(a, diag, CM_ESTORAGE, r, what);
+  }
+  cm__cuda_ctx_pop(s->dev);
+  pthread_mutex_unlock(&s->dev->lock);
+  return CM_OK;
+}
+
 /* ---- peers -------------------------------------------------------------------- */
 
 /* Grant `peer` read-write access to every mapping of `s` (dev->lock held,

@@ -530,7 +530,8 @@ static const cm_storage_ops_t k_vulkan_ops = {
     .mem_info = st_mem_info,
     .copy = st_copy,
     .copy_wait = st_copy_wait,
-    /* no vm_*: see the header comment (sparse binding is not offered) */
+    /* no vm_* (so no vm_alias either): see the header comment (sparse binding is
+     * not offered) */
 };
 
 static const cm_storage_ops_t k_staging_ops = {
