@@ -46,7 +46,8 @@ typedef struct cm_binding {
  * where in it. `init` is false for a handle never placed. */
 typedef struct cm_location {
   uint8_t pool;
-  uint32_t page;
+  uint32_t page;   /* page, slot page or arena region index; UINT32_MAX for an arena's
+                    * stitched slice (an address range of its own: cm_pool_report_t) */
   uint32_t slice;  /* slot index for direct, persistent and exclusive pools; 0 for
                     * sliced and arena pools */
   uint64_t offset; /* byte offset of the slice in its page / storage range */
@@ -479,6 +480,13 @@ typedef struct cm_pool_report {
    * for their last allocations) and their pages. 0 for other kinds. */
   uint64_t outdated_pools;
   uint64_t outdated_pages;
+  /* Arena pools: stitched slices live now, and made since the pool was
+   * created: reservations the device refused at every placement, served by
+   * mapping the memory of granules that live blocks only partly use a second
+   * time around new granules (docs/design.md, "Stitched slices"). 0 for
+   * other kinds. */
+  uint64_t stitched;
+  uint64_t stitched_made;
 } cm_pool_report_t;
 
 /* Reports. cm_manager_usage, cm_manager_pool_report, cm_manager_display and

@@ -208,6 +208,8 @@ void cli_replay_print_json(FILE *f, const char *tname, const layout_t *lay, cons
     if (p->options.kind == CM_POOL_ADAPTIVE)
       fprintf(f, ",\"outdated_pools\":%" PRIu64 ",\"outdated_pages\":%" PRIu64, p->outdated_pools,
               p->outdated_pages);
+    if (p->options.kind == CM_POOL_ARENA)
+      fprintf(f, ",\"stitched\":%" PRIu64, p->stitched_made);
     if (r->pool_reserved_at_peak)
       fprintf(f, ",\"reserved_at_device_peak\":%" PRIu64, r->pool_reserved_at_peak[j]);
     fputc('}', f);

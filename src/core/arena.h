@@ -1,8 +1,9 @@
 /*
  * arena.h - the arena pool's internals (pool_arena.c), shared by its parts:
  * pool_arena.c (regions, placement, the pool interface), arena_map.c
- * (physical objects, mapping, trimming, the out-of-memory fallback) and
- * arena_check.c (the invariant checker and the display). pool_arena.c's
+ * (physical objects, mapping, trimming, the out-of-memory fallback),
+ * arena_stitch.c (stitched slices, the last resort when the device refuses
+ * memory) and arena_check.c (the invariant checker and the display). pool_arena.c's
  * header comment describes the design.
  */
 #ifndef CM_CORE_ARENA_H
@@ -167,6 +168,9 @@ typedef struct arena {
   /* guards (relocation enabled; arena_guard.c): the guards held, and the
    * entry tables: the arena's own, and the one used while a guard is held */
   uint64_t guarded;
+  /* stitched blocks in use (arena_stitch.c): their list and count */
+  struct stitch *stitches;
+  uint64_t nstitches, stitches_made;
   const cm__pool_vt *plain_vt;
   cm__pool_vt gvt;
 } arena;
@@ -677,6 +681,53 @@ static inline __attribute__((always_inline, unused)) ablk *cm__arena_place_at(ar
   return place_low(a, b, s);
 }
 
+static inline void unlink_blk(region *r, ablk *x) {
+  if (x->prev) x->prev->next = x->next;
+  else r->first = x->next;
+  if (x->next) x->next->prev = x->prev;
+}
+
+/* Free used block b (on_free's work, after the manager's unmarking; a
+ * stitched slice's donor blocks): its granules, the merge with free
+ * neighbours, the bins. */
+static inline __attribute__((always_inline)) void cm__arena_free_block(arena *a, ablk *b) {
+  cm__pool *p = &a->base;
+  region *r = b->rg;
+  if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;
+  if (r->vm) used_remove(a, r, b->s.offset, b->s.span);
+  b->s.mapped = 1;
+  ablk *pv = b->prev, *nx = b->next;
+  ablk *keep; /* the free block that survives */
+  if (nx && nx->free) {
+    keep = nx;
+    nx->s.offset = b->s.offset;
+    nx->s.span += b->s.span;
+    unlink_blk(r, b);
+    node_put(a, b);
+    if (pv && pv->free) {
+      bin_remove(a, pv);
+      nx->s.offset = pv->s.offset;
+      nx->s.span += pv->s.span;
+      unlink_blk(r, pv);
+      node_put(a, pv);
+    }
+    rebin(a, nx);
+  } else if (pv && pv->free) {
+    keep = pv;
+    pv->s.span += b->s.span;
+    unlink_blk(r, b);
+    node_put(a, b);
+    rebin(a, pv);
+  } else {
+    keep = b;
+    bin_insert(a, b);
+  }
+  if (!r->vm && !keep->prev && !keep->next) {
+    uint64_t now = *a->base.ctx.reserve_clock;
+    r->idle_since = now ? now : 1;
+  }
+}
+
 /* ---- arena_map.c --------------------------------------------------------------------- */
 
 /* Add object [s, s+n) of r to unmap batch b, flushing what cannot join. */
@@ -697,6 +748,39 @@ bool cm__arena_dry_short(const arena *a, uint64_t add);
 bool cm__arena_has_room(arena *a, uint64_t need);
 /* CM_ECAPACITY with the pool's figures. */
 int cm__arena_cap_error(arena *a, uint64_t size, cm_diag_t *diag);
+
+/* ---- arena_stitch.c ----------------------------------------------------------------- */
+
+/* cm__slice.index marks (an arena's blocks have index 0 otherwise): a
+ * stitched slice (not a block of any region; arena_stitch.c) and a donor
+ * range (a used block that no one was handed: the bytes of a partly used
+ * granule a stitched slice uses through a second mapping). */
+#define STITCH_MARK CM__SLICE_STITCHED
+#define DONOR_MARK 0xFFFFFFFEu
+
+/* A stitched slice: a reservation of its own, where the objects behind up
+ * to two granules that live blocks only partly use are mapped a second time
+ * (an alias each: the first granule, whose free tail the slice starts in,
+ * and the last, whose free head it ends in) around `fresh` new granules.
+ * The donor blocks keep the aliased bytes from every other placement and
+ * the donor granules from every trim while the slice lives. */
+typedef struct stitch {
+  cm__slice s;              /* handed out (s.index == STITCH_MARK) */
+  ablk *donor[2];           /* the donor blocks: tail (first granule), head (last); NULL: none */
+  uint64_t id, size;        /* the reservation */
+  uint64_t fresh_off, fresh; /* the new granules: offset in the reservation, count */
+  struct stitch *prev, *next;
+} stitch;
+
+/* pool.h's alloc_tight's last resort (see arena_stitch.c): serve span s
+ * from a stitched slice when that maps fewer new granules than `bneed`.
+ * CM_EOOM (diag untouched) when no stitch needs fewer or the device refuses
+ * them; CM_ENOMEM; storage errors. Nothing changes on failure. */
+int cm__arena_stitch(arena *a, uint64_t s, uint64_t bneed, cm__slice **out, cm_diag_t *diag);
+/* Free stitched slice sl (on_free): its mappings, its reservation, its donors. */
+void cm__arena_stitch_free(arena *a, cm__slice *sl);
+/* Unmap and give back every stitched slice (destroy; before the regions go). */
+void cm__arena_stitch_destroy(arena *a);
 
 /* ---- arena_guard.c --------------------------------------------------------------------- */
 

@@ -19,6 +19,10 @@
  *     larger than the configured limit unless the default's own objects;
  *  R10 virtual granules are counted as mapped; unbacked equals the virtual
  *     granules (VM) or the lazy segments;
+ *  R11 stitched slices (arena_stitch.c) are used and counted in the usage,
+ *     their new granules in held; their donor blocks are used blocks of VM
+ *     regions, each inside one backed single-granule object, with no usage
+ *     of their own, and each belongs to exactly one stitched slice;
  *  M3 (the manager's) every block's descriptor points back at it.
  * CM_ASSERTs check R2, R3, R7 and R9 where bins and granules change (arena.h,
  * arena_map.c) in debug and sanitizer builds.
@@ -38,7 +42,7 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
   size_t bad = 0;
   cm_usage_t u = {0};
   uint64_t held = 0, nfree = 0, fmapped = 0, unmapped_used = 0, regions = 0, virt = 0,
-           lazy_segs = 0;
+           lazy_segs = 0, donors = 0;
   for (uint32_t ri = 0; ri < a->nregs; ri++) {
     region *r = a->regs[ri];
     if (!r) continue;
@@ -85,6 +89,17 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
         if (b->bin != bin_of(b->s.span)) BAD("R3 free block in the wrong bin");
       } else if (!b->s.used) {
         BAD("R2 block neither free nor used");
+      } else if (b->s.index == DONOR_MARK) { /* no one was handed it: no usage */
+        donors++;
+        if (!r->vm || b->s.size || b->s.padding) BAD("R11 donor block outside a VM region or sized");
+        if (r->vm) {
+          uint64_t g0 = b->s.offset >> a->gshift, g1 = (off - 1) >> a->gshift;
+          if (g0 != g1 || !backed(r, g0) || r->ostart[g0] != g0 || r->olen[g0] != 1)
+            BAD("R11 donor block at %" PRIu64 " not inside one granule object", b->s.offset);
+          cnt[g0]++;
+          if (g1 != g0) cnt[g1]++;
+          for (uint64_t g = g0; g <= g1; g++) cover[g / 64] |= 1ull << (g % 64);
+        }
       } else {
         u.number_allocs++;
         u.bytes_in_use += b->s.size;
@@ -157,6 +172,32 @@ size_t cm__arena_check(cm__pool *p, cm_diag_t *diag) {
     free(cnt);
     free(cover);
   }
+  /* R11: each stitched slice is used, its donors are donor blocks of the
+   * regions, each counted once; its new granules are held */
+  uint64_t nst = 0, sdonors = 0;
+  for (const stitch *t = a->stitches; t; t = t->next) {
+    nst++;
+    if (t->s.index != STITCH_MARK || !t->s.used || !t->s.mapped)
+      BAD("R11 stitched slice not marked, used and mapped");
+    if (!t->s.desc || t->s.desc->slice != &t->s) BAD("M3 descriptor does not point at its slice");
+    if (t->next && t->next->prev != t) BAD("R11 broken stitch links");
+    u.number_allocs++;
+    u.bytes_in_use += t->s.size;
+    u.bytes_padding += t->s.padding;
+    if (t->s.size + t->s.padding > t->s.span) BAD("R4 slice larger than its block");
+    if (t->s.offset + t->s.span > t->size) BAD("R11 stitched slice beyond its reservation");
+    for (int i = 0; i < 2; i++) {
+      const ablk *d = t->donor[i];
+      if (!d) continue;
+      sdonors++;
+      if (d->free || d->s.index != DONOR_MARK) BAD("R11 stitch donor is not a donor block");
+    }
+    held += t->fresh << a->gshift;
+  }
+  if (nst != a->nstitches)
+    BAD("R11 %" PRIu64 " stitched slices, %" PRIu64 " counted", nst, a->nstitches);
+  if (sdonors != donors)
+    BAD("R11 %" PRIu64 " donor blocks, %" PRIu64 " held by stitches", donors, sdonors);
   uint64_t inbins = 0;
   for (uint32_t i = 0; i < NBINS; i++) {
     bool has = a->heads[i] != NULL;
@@ -211,6 +252,14 @@ size_t cm__arena_display(cm__pool *p, char *buf, size_t cap) {
         "   - Region StorageId(%" PRIu64 ") blocks=%" PRIu64 " (%" PRIu64
         " free) => %s used - %s reserved\n",
         r->id, n, nfree, b2, b1);
+  }
+  for (const stitch *t = a->stitches; t; t = t->next) {
+    cm_format_bytes(t->s.span, b2, sizeof b2);
+    cm_format_bytes(t->fresh << a->gshift, b1, sizeof b1);
+    OUT(buf, cap, len,
+        "   - Stitched StorageId(%" PRIu64 ") => %s used - %s reserved, %d aliased granule%s\n",
+        t->id, b2, b1, (t->donor[0] != NULL) + (t->donor[1] != NULL),
+        (t->donor[0] != NULL) + (t->donor[1] != NULL) == 1 ? "" : "s");
   }
   char tmp[512];
   cm_usage_display(&p->usage, tmp, sizeof tmp);

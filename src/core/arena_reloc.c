@@ -46,7 +46,8 @@ typedef struct plan_ctx {
 
 static bool movable(const arena *a, const region *r, const ablk *b) {
   uint64_t g0 = b->s.offset >> a->gshift, g1 = (b->s.offset + b->s.span - 1) >> a->gshift;
-  return !b->s.guards && b->s.mapped && bits_all(r->mapped, g0, g1) && !virt_in(a, r, g0, g1);
+  return !b->s.guards && b->s.index != DONOR_MARK && b->s.mapped && bits_all(r->mapped, g0, g1) &&
+         !virt_in(a, r, g0, g1); /* a donor block stays: a stitched slice aliases its bytes */
 }
 
 /* Components of region ri: join[g] (g and g+1 in one component) from the

@@ -475,8 +475,12 @@ static int retry_after_release(cm_manager_t *m, cm__pool *p, uint64_t size, uint
       cm_format_bytes(size, b1, sizeof b1);
       cm_logger_printf(m->logger, CM_LOG_BASIC,
                        "[%s] Out of device memory for an allocation of %s at its best fit: "
-                       "served where it maps fewer granules",
-                       m->name, b1);
+                       "served %s",
+                       m->name, b1,
+                       (*s)->index == CM__SLICE_STITCHED
+                           ? "stitched (the free parts of partly used granules mapped a second "
+                             "time around new granules)"
+                           : "where it maps fewer granules");
     }
   }
   if (rc == CM_EOOM && p->vt->explain_oom) explain_oom(p, d2);

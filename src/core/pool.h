@@ -81,6 +81,11 @@ typedef struct cm__slice {
   uint32_t guards;
 } cm__slice;
 
+/* cm__slice.index of a stitched slice (an arena's last resort when the
+ * device refuses memory: arena_stitch.c); the manager only reads it to say
+ * so in its log. */
+#define CM__SLICE_STITCHED 0xFFFFFFFFu
+
 /* cm__slice.used: also set while the slice holds guards (so the release
  * that frees it tests one byte it reads anyway). */
 #define CM__USED_GUARDED 2u
@@ -165,7 +170,9 @@ typedef struct cm__pool_vt {
   /* Optional: after a reservation the device refused even once the pools
    * gave back what they could (and relocation, when enabled, moved what it
    * could), grow the pool at the placement that needs the least new memory,
-   * when that is less than alloc's placement needed. Only ever called where
+   * when that is less than alloc's placement needed (the arena: a free
+   * block's end, or a stitched slice, whose index is CM__SLICE_STITCHED:
+   * arena_stitch.c). Only ever called where
    * the reservation would fail otherwise, so it changes nothing on a device
    * that serves every reservation. Errors as alloc's; CM_EOOM (diag
    * untouched) when no placement needs less. Cold: may scan. */

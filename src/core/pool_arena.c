@@ -103,7 +103,9 @@
  * still refuses, alloc_tight places the request where it needs the fewest
  * granules not mapped yet, a free block's low or high end, so a request that
  * fits next to a granule live blocks only partly fill is served rather than
- * refused). The periodic
+ * refused; when no such placement saves a granule, a stitched slice maps the
+ * memory of partly used granules a second time around new granules:
+ * arena_stitch.c). The periodic
  * cleanup unmaps what stayed free for a whole period (low-water mark of the
  * free mapped count); the explicit cleanup unmaps everything free and gives
  * back address ranges with nothing in use.
@@ -148,7 +150,9 @@
  * of mapped; `unbacked` equals the virtual granules / lazy segments.
  *
  * Files: arena.h (internals), pool_arena.c (regions, placement, the pool
- * interface), arena_map.c (objects, mapping, trims), arena_check.c (checker).
+ * interface), arena_map.c (objects, mapping, trims), arena_check.c (checker),
+ * arena_stitch.c (stitched slices), arena_guard.c (guards), arena_reloc.c
+ * (relocation plans).
  * Exports: cm__pool_arena_new.
  */
 #include "core/arena.h"
@@ -334,12 +338,6 @@ fail:
   region_free_mem(r);
   if (ri + 1 == a->nregs) a->nregs--;
   return rc;
-}
-
-static inline void unlink_blk(region *r, ablk *x) {
-  if (x->prev) x->prev->next = x->next;
-  else r->first = x->next;
-  if (x->next) x->next->prev = x->prev;
 }
 
 /* A fit whose placement (place_off_at, without the tie rule) is mapped already: scan up to `limit`
@@ -542,6 +540,10 @@ static int alloc_tight(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__
       }
     }
   }
+  if (!lazy) { /* a stitched slice, when it maps fewer (dry runs: never, nothing is mapped) */
+    int rc = cm__arena_stitch(a, s, bneed, out, diag);
+    if (rc != CM_EOOM || !best) return rc;
+  }
   if (!best) return CM_EOOM;
   int rc = cm__arena_map_for(a, best, s, boff, lazy, diag);
   if (rc != CM_OK) return rc;
@@ -551,41 +553,11 @@ static int alloc_tight(cm__pool *p, uint64_t size, uint64_t eff, bool lazy, cm__
 
 static void on_free(cm__pool *p, cm__slice *sl) {
   arena *a = AR(p);
-  ablk *b = BLK(sl);
-  region *r = b->rg;
-  if (__builtin_expect(!b->s.mapped, 0)) p->pages_unmapped--;
-  if (r->vm) used_remove(a, r, b->s.offset, b->s.span);
-  b->s.mapped = 1;
-  ablk *pv = b->prev, *nx = b->next;
-  ablk *keep; /* the free block that survives */
-  if (nx && nx->free) {
-    keep = nx;
-    nx->s.offset = b->s.offset;
-    nx->s.span += b->s.span;
-    unlink_blk(r, b);
-    node_put(a, b);
-    if (pv && pv->free) {
-      bin_remove(a, pv);
-      nx->s.offset = pv->s.offset;
-      nx->s.span += pv->s.span;
-      unlink_blk(r, pv);
-      node_put(a, pv);
-    }
-    rebin(a, nx);
-  } else if (pv && pv->free) {
-    keep = pv;
-    pv->s.span += b->s.span;
-    unlink_blk(r, b);
-    node_put(a, b);
-    rebin(a, pv);
-  } else {
-    keep = b;
-    bin_insert(a, b);
+  if (__builtin_expect(sl->index == STITCH_MARK, 0)) {
+    cm__arena_stitch_free(a, sl);
+    return;
   }
-  if (!r->vm && !keep->prev && !keep->next) {
-    uint64_t now = *a->base.ctx.reserve_clock;
-    r->idle_since = now ? now : 1;
-  }
+  cm__arena_free_block(a, BLK(sl));
 }
 
 static void take_free(cm__pool *p, cm__slice *sl) {
@@ -687,12 +659,20 @@ static uint64_t cached(const cm__pool *p) {
   return n;
 }
 
+static void report(cm__pool *p, cm_pool_report_t *out) {
+  const arena *a = AR(p);
+  out->stitched = a->nstitches;
+  out->stitched_made = a->stitches_made;
+}
+
 static void locate(const cm__pool *p, const cm__slice *s, cm_location_t *out) {
   (void)p;
-  out->page = BLK((cm__slice *)s)->region;
+  out->page = s->index == STITCH_MARK ? UINT32_MAX : BLK((cm__slice *)s)->region;
   out->slice = 0;
 }
 
+/* Every slice: the regions' blocks (donor blocks left out: no one holds
+ * them), then the stitched slices. */
 static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
   arena *a = AR(p);
   for (uint32_t i = 0; i < a->nregs; i++) {
@@ -700,13 +680,18 @@ static void for_each(cm__pool *p, void (*fn)(cm__slice *, void *), void *arg) {
     if (!r) continue;
     for (ablk *b = r->first, *n; b; b = n) {
       n = b->next;
-      fn(&b->s, arg);
+      if (b->s.index != DONOR_MARK) fn(&b->s, arg);
     }
+  }
+  for (stitch *t = a->stitches, *n; t; t = n) {
+    n = t->next;
+    fn(&t->s, arg);
   }
 }
 
 static void destroy(cm__pool *p) {
   arena *a = AR(p);
+  cm__arena_stitch_destroy(a); /* their aliases go before the objects they alias */
   *a->base.ctx.dry_ledger -= a->vm ? a->unbacked << a->gshift : a->lazy_bytes; /* they vanish */
   for (uint32_t i = 0; i < a->nregs; i++) {
     region *r = a->regs[i];
@@ -755,6 +740,7 @@ static const cm__pool_vt k_arena_vt = {
     .materialize = materialize,
     .locate = locate,
     .cached = cached,
+    .report = report,
     .check = cm__arena_check,
     .display = cm__arena_display,
     .for_each = for_each,

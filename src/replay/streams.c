@@ -100,6 +100,8 @@ static void report_add(cm_pool_report_t *a, const cm_pool_report_t *b) {
   a->bytes_cached += b->bytes_cached;
   a->outdated_pools += b->outdated_pools;
   a->outdated_pages += b->outdated_pages;
+  a->stitched += b->stitched;
+  a->stitched_made += b->stitched_made;
 }
 
 /* The pool reports of every manager summed by pool (np dynamic pools, then

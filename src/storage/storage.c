@@ -247,8 +247,10 @@ int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size
   return CM_OK;
 }
 
-int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
-                         uint64_t piece, cm_diag_t *diag) {
+/* vm_unmap, counted: an original mapping releases its object (and its bytes,
+ * and owes a flush); an alias releases nothing. */
+static int unmap_counted(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                         bool alias, cm_diag_t *diag) {
   int rc;
   TIMED(s, time_unmap_ns, rc = s->ops->vm_unmap(s->ctx, id, off, size, piece, diag));
   if (rc != CM_OK) {
@@ -256,12 +258,18 @@ int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t si
     return rc;
   }
   uint64_t n = piece ? size / piece : 0;
-  if (s->ops->flush) s->unflushed++;
   BUMP(s, unmaps, 1);
   BUMP(s, unmap_calls, n);
+  if (alias) return CM_OK; /* no release, no bytes: the objects stay mapped where vm_map put them */
+  if (s->ops->flush) s->unflushed++;
   BUMP(s, releases, n);
   atomic_fetch_sub_explicit(&s->bytes_held, size, memory_order_relaxed);
   return CM_OK;
+}
+
+int cm__storage_vm_unmap(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
+                         uint64_t piece, cm_diag_t *diag) {
+  return unmap_counted(s, id, off, size, piece, false, diag);
 }
 
 bool cm__storage_has_alias(const cm_storage_t *s) {
@@ -290,16 +298,7 @@ int cm__storage_vm_alias(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off, uin
 
 int cm__storage_vm_unalias(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
                            uint64_t piece, cm_diag_t *diag) {
-  int rc;
-  TIMED(s, time_unmap_ns, rc = s->ops->vm_unmap(s->ctx, id, off, size, piece, diag));
-  if (rc != CM_OK) {
-    count_failure(s, rc);
-    return rc;
-  }
-  uint64_t n = piece ? size / piece : 0;
-  BUMP(s, unmaps, 1);
-  BUMP(s, unmap_calls, n); /* no release, no bytes: the objects stay mapped where vm_map put them */
-  return CM_OK;
+  return unmap_counted(s, id, off, size, piece, true, diag);
 }
 
 int cm__storage_vm_release(cm_storage_t *s, uint64_t id, uint64_t size, cm_diag_t *diag) {

@@ -851,6 +851,123 @@ static void oom_tries_tighter_placement(void) {
   cm_manager_destroy(m);
 }
 
+/* The last resort (arena_stitch.c): a request the device refuses at every
+ * placement is served by mapping the objects of two partly used granules a
+ * second time around new granules. Ten 1.5 MiB blocks, every other one
+ * freed: holes [1.5, 3), [4.5, 6), [7.5, 9), [10.5, 12) and the top from
+ * 13.5 MiB; granules 0-6 held, one granule of the 16 MiB device left. */
+static void oom_stitches_partly_used_granules(void) {
+  cm_pool_options_t o = arena();
+  o.max_object_size = 2 * MiB; /* single-granule objects: each can be aliased */
+  cm_manager_t *m = mk(sim(16 * MiB, true, 0), &o, 1);
+  ASSERT(m != NULL);
+  cm_handle_t h[10];
+  for (int i = 0; i < 10; i++) h[i] = res(m, 3 * MiB / 2);
+  for (int i = 1; i < 10; i += 2) cm_handle_release(h[i]);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 14 * MiB);
+  cm_storage_stats_t before = stats(m);
+  /* 4 MiB at the top would map two granules (14-18 -> 7, 8); stitched: the
+   * 1.5 MiB tail of granule 5 (hole [10.5, 12): the smallest tail that
+   * reaches one new granule, first in its bin), one new granule, and
+   * 0.5 MiB of a 1 MiB head (the smallest head that is enough) */
+  cm_handle_t x = res(m, 4 * MiB);
+  ASSERT(x.d != NULL);
+  EXPECT_EQ(held(m), 16 * MiB);
+  cm_storage_stats_t st = stats(m);
+  EXPECT_EQ(st.creates - before.creates, 1);        /* the new granule only */
+  EXPECT_EQ(st.map_calls - before.map_calls, 3);    /* it, and the two aliases */
+  EXPECT_EQ(st.set_access - before.set_access, 3);
+  EXPECT_EQ(st.violations, 0);
+  cm_location_t loc;
+  memset(&loc, 0, sizeof loc);
+  cm_binding_t b = cm_handle_binding(x);
+  EXPECT_EQ(cm_manager_find(m, b, &loc, NULL), CM_OK);
+  cm_binding_release(b);
+  EXPECT_EQ(loc.page, UINT32_MAX); /* a reservation of its own */
+  EXPECT_EQ(loc.offset, 512 * KiB); /* it starts 1.5 MiB before its first granule's end */
+  cm_storage_handle_t sh = where(m, x);
+  EXPECT(sh.id != where(m, h[0]).id);
+  EXPECT_EQ(sh.offset, 512 * KiB);
+  CHECK_CLEAN(m);
+  /* the aliased bytes are taken: a 1.5 MiB request no longer fits in the
+   * donor hole [10.5, 12) (it goes to [4.5, 6), the other such hole) */
+  cm_handle_t y = res(m, 3 * MiB / 2);
+  EXPECT_EQ(offset_of(m, y), 4 * MiB + 512 * KiB);
+  CHECK_CLEAN(m);
+  cm_handle_release(y);
+  /* the donor granules stay while the slice lives, whatever is trimmed */
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 16 * MiB);
+  CHECK_CLEAN(m);
+  /* freeing it gives back the new granule, the aliases and the reservation,
+   * and the donor parts are free again */
+  cm_handle_release(x);
+  cm_manager_cleanup(m, true);
+  EXPECT_EQ(held(m), 14 * MiB);
+  st = stats(m);
+  EXPECT_EQ(st.vm_reserved, before.vm_reserved);
+  EXPECT_EQ(st.violations, 0);
+  CHECK_CLEAN(m);
+  cm_handle_t z = res(m, 3 * MiB / 2);
+  EXPECT_EQ(offset_of(m, z) % (3 * MiB), 3 * MiB / 2); /* back in a hole */
+  CHECK_CLEAN(m);
+  /* a live stitched slice at destroy: everything goes back (no leak, no
+   * mapping left: the sim refuses to drop a reservation with mappings) */
+  cm_handle_t w = res(m, 4 * MiB);
+  EXPECT_EQ(held(m), 16 * MiB);
+  CHECK_CLEAN(m);
+  cm_handle_release(w);
+  cm_handle_release(z);
+  for (int i = 0; i < 10; i += 2) cm_handle_release(h[i]);
+  cm_manager_destroy(m);
+}
+
+/* No stitch when no granule is partly used (blocks of whole granules), or
+ * when the partly used ones save no new granule. */
+static void stitch_only_when_it_maps_less(void) {
+  cm_pool_options_t o = arena();
+  o.max_object_size = 2 * MiB;
+  cm_manager_t *m = mk(sim(16 * MiB, true, 0), &o, 1);
+  ASSERT(m != NULL);
+  /* blocks of whole granules: no partly used granule, no donor */
+  cm_handle_t h[7];
+  for (int i = 0; i < 7; i++) h[i] = res(m, 2 * MiB);
+  for (int i = 1; i < 7; i += 2) cm_handle_release(h[i]);
+  cm_manager_cleanup(m, true);
+  cm_storage_stats_t before = stats(m);
+  cm_handle_t x = {NULL};
+  cm_diag_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_EQ(cm_manager_reserve(m, 9 * MiB, &x, &d), CM_EOOM);
+  cm_storage_stats_t st = stats(m);
+  EXPECT_EQ(st.violations, 0);
+  EXPECT_EQ(st.reserves, before.reserves); /* no stitch was even tried */
+  EXPECT_EQ(st.map_calls, before.map_calls);
+  EXPECT_EQ(held(m), 8 * MiB);
+  CHECK_CLEAN(m);
+  /* granule 1 half used: the 1 MiB tail of hole [3, 4) saves a granule for
+   * 9 MiB (four new ones, not five: tried, and refused by the device with
+   * three left), not for 9.5 MiB (five either way: not tried) */
+  cm_handle_t t = res(m, 1 * MiB); /* [2, 3) */
+  before = stats(m);
+  memset(&d, 0, sizeof d);
+  EXPECT_EQ(cm_manager_reserve(m, 9 * MiB, &x, &d), CM_EOOM);
+  st = stats(m);
+  EXPECT_EQ(st.reserves, before.reserves + 1);
+  EXPECT_EQ(st.address_frees, before.address_frees + 1); /* given back at once */
+  EXPECT_EQ(held(m), 10 * MiB);
+  CHECK_CLEAN(m);
+  before = stats(m);
+  memset(&d, 0, sizeof d);
+  EXPECT_EQ(cm_manager_reserve(m, 9 * MiB + 512 * KiB, &x, &d), CM_EOOM);
+  EXPECT_EQ(stats(m).reserves, before.reserves);
+  CHECK_CLEAN(m);
+  cm_handle_release(t);
+  for (int i = 0; i < 7; i += 2) cm_handle_release(h[i]);
+  cm_manager_destroy(m);
+}
+
 static void oom_explains_held_memory(void) {
   /* single-granule objects: fragmentation only. Ten 1.5 MiB blocks, every
    * other one freed: granules 0-6 keep 7.5 MiB live in 14 MiB. */
@@ -864,7 +981,9 @@ static void oom_explains_held_memory(void) {
   cm_handle_t x = {NULL};
   cm_diag_t d;
   memset(&d, 0, sizeof d);
-  EXPECT_EQ(cm_manager_reserve(m, 4 * MiB, &x, &d), CM_EOOM);
+  /* 6 MiB: even stitched (a 1.5 MiB tail, two new granules, a 0.5 MiB
+   * head) it needs two granules, and the device has one */
+  EXPECT_EQ(cm_manager_reserve(m, 6 * MiB, &x, &d), CM_EOOM);
   EXPECT_EQ(held(m), 14 * MiB);
   EXPECT_CONTAINS(d.message, "out of memory");
   EXPECT_CONTAINS(d.message, "the arena holds 14.68 MB for 7.86 MB of live data");
@@ -940,5 +1059,7 @@ int main(void) {
   CM_RUN(install_replaces_arena);
   CM_RUN(display_mentions_regions);
   CM_RUN(oom_explains_held_memory);
+  CM_RUN(oom_stitches_partly_used_granules);
+  CM_RUN(stitch_only_when_it_maps_less);
   return cm_test_finish();
 }

@@ -109,6 +109,21 @@ static bool maps_room(entry *e, size_t more) {
   return true;
 }
 
+/* Before a call that records n more mappings in e: take the device's lock
+ * (the records change: see cm_cuda_device_enable_peer_access), make room
+ * for the records first (recording must not fail later) and make the
+ * device's context current. On failure the lock is released again. */
+static int record_begin(cuda_storage *s, entry *e, size_t n, cm_diag_t *diag) {
+  pthread_mutex_lock(&s->dev->lock);
+  if (!maps_room(e, n)) {
+    pthread_mutex_unlock(&s->dev->lock);
+    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
+  }
+  int rc = cm__cuda_ctx_push(s->dev, diag);
+  if (rc != CM_OK) pthread_mutex_unlock(&s->dev->lock);
+  return rc;
+}
+
 /* The run of whole mappings of `piece` bytes that tiles [offset,
  * offset+size) of e exactly: its first index in *at and its length in *n;
  * false when there is none. */
@@ -162,16 +177,8 @@ int cm__cuda_vm_map(void *ctx, uint64_t id, uint64_t offset, uint64_t size, uint
     return cm__diag_set(diag, CM_EINVAL, "[%" PRIu64 ", +%" PRIu64 ") is already mapped", offset,
                         size);
   size_t n = (size_t)(size / piece);
-  pthread_mutex_lock(&s->dev->lock); /* the records change: see cm_cuda_device_enable_peer_access */
-  if (!maps_room(e, n)) { /* make room first: recording must not fail later */
-    pthread_mutex_unlock(&s->dev->lock);
-    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
-  }
-  int rc = cm__cuda_ctx_push(s->dev, diag);
-  if (rc != CM_OK) {
-    pthread_mutex_unlock(&s->dev->lock);
-    return rc;
-  }
+  int rc = record_begin(s, e, n, diag);
+  if (rc != CM_OK) return rc;
   if (s->nunreleased) (void)cm__cuda_retry_releases(s); /* before asking for more memory */
   memmove(e->maps + at + n, e->maps + at, (e->nmaps - at) * sizeof *e->maps);
   size_t done = 0;
@@ -349,16 +356,8 @@ int cm__cuda_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t src
                         "): it is already mapped",
                         dst_off, size, dst_id);
   size_t n = sn;
-  pthread_mutex_lock(&s->dev->lock); /* the records change: see cm_cuda_device_enable_peer_access */
-  if (!maps_room(d, n)) {
-    pthread_mutex_unlock(&s->dev->lock);
-    return cm__diag_set(diag, CM_ENOMEM, "out of host memory for a mapping record");
-  }
-  int rc = cm__cuda_ctx_push(s->dev, diag);
-  if (rc != CM_OK) {
-    pthread_mutex_unlock(&s->dev->lock);
-    return rc;
-  }
+  int rc = record_begin(s, d, n, diag);
+  if (rc != CM_OK) return rc;
   /* d may be src: the source records are read through their offsets, which
    * the insertion below does not change, not through indices */
   memmove(d->maps + at + n, d->maps + at, (d->nmaps - at) * sizeof *d->maps);
