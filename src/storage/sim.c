@@ -210,24 +210,20 @@ static int sim_vm_map(void *ctx, uint64_t id, uint64_t off, uint64_t size, uint6
 /* Is `off` inside [lo, lo+size)? */
 static bool within(uint64_t off, uint64_t lo, uint64_t size) { return off >= lo && off - lo < size; }
 
-/* The first alias whose destination (dst true) or source lies in [off,
- * off+size) of reservation id, or NULL. */
-static const sim_alias *alias_at(const sim_ctx *c, bool dst, uint64_t id, uint64_t off,
-                                 uint64_t size) {
+/* The aliases whose destination (dst true) or source lies in [off,
+ * off+size) of reservation id: their number, and the first in *first (NULL
+ * when none). */
+static uint64_t aliases_at(const sim_ctx *c, bool dst, uint64_t id, uint64_t off, uint64_t size,
+                           const sim_alias **first) {
+  uint64_t n = 0;
+  *first = NULL;
   for (size_t i = 0; i < c->nal; i++) {
     const sim_alias *a = &c->al[i];
     if (dst ? (a->dst_id == id && within(a->dst_off, off, size))
-            : (a->src_id == id && within(a->src_off, off, size)))
-      return a;
+            : (a->src_id == id && within(a->src_off, off, size))) {
+      if (!n++) *first = a;
+    }
   }
-  return NULL;
-}
-
-/* Aliases whose destination lies in [off, off+size) of reservation id. */
-static uint64_t aliases_in(const sim_ctx *c, uint64_t id, uint64_t off, uint64_t size) {
-  uint64_t n = 0;
-  for (size_t i = 0; i < c->nal; i++)
-    n += c->al[i].dst_id == id && within(c->al[i].dst_off, off, size);
   return n;
 }
 
@@ -244,8 +240,8 @@ static int sim_vm_alias(void *ctx, uint64_t dst_id, uint64_t dst_off, uint64_t s
   char why[CM__VMTRACK_WHY];
   if (cm__vmtrack_check_alias_source(&src->vm, src_off, size, piece, why, sizeof why) != CM_OK)
     return violation(c, diag, CM_EINVAL, "alias of StorageId(%" PRIu64 "): %s", src_id, why);
-  const sim_alias *a = c->nal ? alias_at(c, true, src_id, src_off, size) : NULL;
-  if (a)
+  const sim_alias *a;
+  if (aliases_at(c, true, src_id, src_off, size, &a))
     return violation(c, diag, CM_EINVAL,
                      "cannot alias [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
                      "): offset %" PRIu64 " is itself an alias (of offset %" PRIu64
@@ -290,7 +286,8 @@ static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uin
   if (cm__vmtrack_check_unmap(&e->vm, off, size, piece, why, sizeof why) != CM_OK)
     return violation(c, diag, CM_EINVAL, "%s", why);
   if (c->nal) { /* aliases exist: is this one kind, and no original with an alias? */
-    uint64_t n = size / piece, na = aliases_in(c, id, off, size);
+    const sim_alias *a;
+    uint64_t n = size / piece, na = aliases_at(c, true, id, off, size, &a);
     if (na && na != n)
       return violation(c, diag, CM_EINVAL,
                        "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
@@ -301,8 +298,7 @@ static int sim_vm_unmap(void *ctx, uint64_t id, uint64_t off, uint64_t size, uin
       unmap_aliases(c, e, id, off, size, piece);
       return CM_OK;
     }
-    const sim_alias *a = alias_at(c, false, id, off, size);
-    if (a)
+    if (aliases_at(c, false, id, off, size, &a))
       return violation(c, diag, CM_EINVAL,
                        "cannot unmap [%" PRIu64 ", +%" PRIu64 ") of StorageId(%" PRIu64
                        "): the mapping at offset %" PRIu64 " has an alias at [%" PRIu64

@@ -229,10 +229,10 @@ int cm__storage_vm_reserve(cm_storage_t *s, uint64_t size, uint64_t *out_id, cm_
   return CM_OK;
 }
 
-int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
-                       cm_diag_t *diag) {
-  int rc;
-  TIMED(s, time_map_ns, rc = s->ops->vm_map(s->ctx, id, off, size, piece, diag));
+/* Count a vm_map (alias false) or vm_alias call that returned rc: a failure,
+ * or one operation of size/piece maps and one set-access; only vm_map
+ * creates objects and holds their bytes. */
+static int map_counted(cm_storage_t *s, int rc, uint64_t size, uint64_t piece, bool alias) {
   if (rc != CM_OK) {
     atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
     count_failure(s, rc);
@@ -240,11 +240,19 @@ int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size
   }
   uint64_t n = piece ? size / piece : 0;
   BUMP(s, maps, 1);
-  BUMP(s, creates, n);
   BUMP(s, map_calls, n);
   BUMP(s, set_access, 1);
+  if (alias) return CM_OK; /* the objects exist already: no create, no bytes */
+  BUMP(s, creates, n);
   held_add(s, size);
   return CM_OK;
+}
+
+int cm__storage_vm_map(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size, uint64_t piece,
+                       cm_diag_t *diag) {
+  int rc;
+  TIMED(s, time_map_ns, rc = s->ops->vm_map(s->ctx, id, off, size, piece, diag));
+  return map_counted(s, rc, size, piece, false);
 }
 
 /* vm_unmap, counted: an original mapping releases its object (and its bytes,
@@ -284,16 +292,7 @@ int cm__storage_vm_alias(cm_storage_t *s, uint64_t dst_id, uint64_t dst_off, uin
   int rc;
   TIMED(s, time_map_ns,
         rc = s->ops->vm_alias(s->ctx, dst_id, dst_off, src_id, src_off, size, piece, diag));
-  if (rc != CM_OK) {
-    atomic_fetch_add_explicit(&s->failed, 1, memory_order_relaxed);
-    count_failure(s, rc);
-    return rc;
-  }
-  uint64_t n = piece ? size / piece : 0;
-  BUMP(s, maps, 1);
-  BUMP(s, map_calls, n); /* the objects exist already: no create, no bytes */
-  BUMP(s, set_access, 1);
-  return CM_OK;
+  return map_counted(s, rc, size, piece, true);
 }
 
 int cm__storage_vm_unalias(cm_storage_t *s, uint64_t id, uint64_t off, uint64_t size,
